@@ -1,0 +1,186 @@
+"""`redkit` command line. Errors a user can cause print one line and exit with code 2.
+
+    redkit data task1 --out DIR [--n 80000] [--seed S] [--split structure|random]
+    redkit reproduce task1 [--split ...] [--backbone PATH] [--out runs/task1] [--eval FILE ...]
+    redkit train STAGE --run DIR [--domain R3] [--kind residual]     (one stage, e.g. one expert)
+    redkit eval --run DIR --data FILE.jsonl [--composition NAME]
+    redkit predict --run DIR "What is 12 plus 27?"
+"""
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+from redkit.errors import RedkitError
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")  # nothing is ever downloaded
+os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+
+
+def _add_run_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--split", choices=("structure", "random"), default="structure")
+    p.add_argument("--n", type=int, default=None, help="examples in train+val+test (default: the task's, 80000)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--backbone", default=None, help="a Hugging Face model directory (default: embedded all-MiniLM-L6-v2)")
+    p.add_argument("--pooling", choices=("mean", "last", "cls"), default="mean")
+    p.add_argument("--trainable-layers", type=int, default=2)
+    p.add_argument("--rank", type=int, default=0, help="residual expert rank (default d/4)")
+    p.add_argument("--device", default="cpu", help="cpu, cuda, cuda:1, ...")
+    p.add_argument("--precision", choices=("fp32", "bf16"), default="fp32")
+    p.add_argument("--max-epochs", type=int, default=None, help="cap every stage's epochs (quick runs)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="redkit", description="Residual Expert Decomposition and its baselines")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("data", help="write a task's train/val/test JSONL files")
+    p.add_argument("task")
+    p.add_argument("--out", required=True, type=Path)
+    p.add_argument("--n", type=int, default=None)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--split", choices=("structure", "random"), default="structure")
+
+    p = sub.add_parser("reproduce", help="run a benchmark end to end and print its tables")
+    p.add_argument("benchmark", help="task1")
+    p.add_argument("--out", type=Path, default=None, help="run directory (default runs/<benchmark>[-random])")
+    p.add_argument("--eval", dest="eval_files", action="append", type=Path, default=[],
+                   help="also evaluate on this JSONL file (repeatable; never trained on)")
+    _add_run_options(p)
+
+    p = sub.add_parser("train", help="run one stage of an existing run (e.g. one expert, in its own process)")
+    p.add_argument("stage", help="base | experts | heads | router | gate")
+    p.add_argument("--run", required=True, type=Path)
+    p.add_argument("--domain", action="append", default=None, help="range (R1..R5) for experts/heads; repeatable")
+    p.add_argument("--kind", action="append", default=None, help="expert kind for stage experts: residual, logit")
+
+    p = sub.add_parser("eval", help="evaluate a trained run on any JSONL file")
+    p.add_argument("--run", required=True, type=Path)
+    p.add_argument("--data", required=True, type=Path)
+    p.add_argument("--composition", action="append", default=None)
+
+    p = sub.add_parser("predict", help="answer one question, with the router's weight for every expert")
+    p.add_argument("--run", required=True, type=Path)
+    p.add_argument("question")
+    p.add_argument("--composition", default="red")
+    return parser
+
+
+def _run_config(args: argparse.Namespace, task: str):
+    from redkit.backbone import BackboneConfig
+    from redkit.data.generate import DataConfig
+    from redkit.data.tasks import TASKS
+    from redkit.run import RunConfig
+
+    n = args.n if args.n is not None else TASKS[task].default_n
+    config = RunConfig(task=task, seed=args.seed, data=DataConfig(task=task, n=n, seed=args.seed, split=args.split),
+                       backbone=BackboneConfig(path=str(Path(args.backbone).resolve()) if args.backbone else None,
+                                               pooling=args.pooling, trainable_layers=args.trainable_layers,
+                                               precision=args.precision),
+                       expert_rank=args.rank, device=args.device)
+    if args.max_epochs is not None:
+        for stage in ("base", "experts", "heads", "router", "gate"):
+            config.stage_overrides.setdefault(stage, {})["max_epochs"] = args.max_epochs
+    return config
+
+
+def cmd_data(args) -> None:
+    from redkit.data.generate import DataConfig, generate, write_dataset
+    from redkit.data.tasks import TASKS
+
+    n = args.n if args.n is not None else TASKS[args.task].default_n
+    config = DataConfig(task=args.task, n=n, seed=args.seed, split=args.split)
+    summary = write_dataset(args.out, generate(config), config)
+    for split, info in summary["splits"].items():
+        print(f"{split:24s} {info['count']:6d} examples, {info['distinct_structures']:6d} structures, per range {list(info['per_domain'].values())}")
+    print(f"wrote {args.out}")
+
+
+def cmd_reproduce(args) -> None:
+    from redkit.pipeline import reproduce
+
+    if args.benchmark not in ("task1",):
+        raise RedkitError(f"unknown benchmark {args.benchmark!r} (available: task1)")
+    out = args.out or Path("runs") / (args.benchmark + ("" if args.split == "structure" else f"-{args.split}"))
+    reproduce(out, _run_config(args, args.benchmark), tuple(args.eval_files))
+
+
+def _domains(names: list[str] | None) -> list[int] | None:
+    from redkit.data.vocabulary import parse_domain
+
+    return None if names is None else [parse_domain(name) for name in names]
+
+
+def cmd_train(args) -> None:
+    from redkit.run import Run
+    from redkit.train.stages import EXPERT_KINDS, STAGES
+
+    run = Run(args.run)
+    run.prepare_data()
+    stage = STAGES[args.stage]
+    if args.stage == "experts":
+        kinds = tuple(args.kind or EXPERT_KINDS)
+        for kind in kinds:
+            if kind not in EXPERT_KINDS:
+                raise RedkitError(f"unknown expert kind {kind!r} (expected one of {', '.join(EXPERT_KINDS)})")
+        print(stage(run, domains=_domains(args.domain), kinds=kinds))
+    elif args.stage == "heads":
+        print(stage(run, domains=_domains(args.domain)))
+    else:
+        print(stage(run))
+
+
+def cmd_eval(args) -> None:
+    from redkit.compositions import COMPOSITIONS, ModuleSet
+    from redkit.pipeline import evaluate_file
+    from redkit.run import Run
+
+    run = Run(args.run)
+    names = args.composition or COMPOSITIONS.names()
+    for name in names:
+        COMPOSITIONS[name]  # unknown names fail before any work
+    results = evaluate_file(run, ModuleSet(run), args.data, names)
+    print(f"{args.data}: {next(iter(results.values()))['n']} examples")
+    print(f"{'composition':14s} {'accuracy':>9s} {'range acc':>9s} {'macro-F1':>9s}")
+    for name, m in results.items():
+        print(f"{name:14s} {m['accuracy']:9.4f} {m['range_accuracy']:9.4f} {m['macro_f1']:9.4f}")
+
+
+def cmd_predict(args) -> None:
+    import torch
+
+    from redkit.compositions import ModuleSet, compose
+    from redkit.data.vocabulary import SHORT_NAMES, class_to_answer, domain_of
+    from redkit.features import encode
+    from redkit.run import Run
+
+    run = Run(args.run)
+    modules = ModuleSet(run)
+    h = encode(run.backbone, [args.question]).to(run.device)
+    alpha_router = torch.softmax(modules.router()(h), dim=-1)[0]
+    composed = compose(args.composition, modules, h, alpha_router.argmax().unsqueeze(0))
+    answer = class_to_answer(int(composed.probs[0].argmax()))
+    print(f"answer: {answer}  (range {SHORT_NAMES[domain_of(answer)]}, p = {composed.probs[0].max():.3f}, composition {args.composition})")
+    weights = composed.weights[0] if composed.weights is not None else alpha_router
+    print("expert weights: " + "  ".join(f"{name} {w:.3f}" for name, w in zip(SHORT_NAMES, weights.tolist())))
+
+
+COMMANDS = {"data": cmd_data, "reproduce": cmd_reproduce, "train": cmd_train, "eval": cmd_eval, "predict": cmd_predict}
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        COMMANDS[args.command](args)
+    except RedkitError as err:
+        print(f"redkit: error: {err}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("redkit: interrupted; rerun the same command to resume from the last checkpoint", file=sys.stderr)
+        return 130
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,116 @@
+"""How an operand/operator chain is said in words: the styles shared by Task 2, the operation
+experts and the step decomposer.
+
+A *style* is a function of the whole operand/operator sequence rather than a format string,
+because the paper's phrasings change shape with the chain: "If you subtract 5 from 12 and add 9,
+what do you get?" reorders the first step and joins the others with commas and "and". Tasks list
+style *names* as their templates, so generate.py handles them exactly like task1's format strings.
+
+Training and held-out styles are disjoint sets of phrasings (DESIGN.md decision 10). The held-out
+set includes reorderings never seen in training, such as "Subtract 3 from the result of 12 minus
+5 plus 9.", which names the last step first.
+"""
+
+from typing import Callable, Sequence
+
+Style = Callable[[Sequence[int], Sequence[str]], str]  # (operands (n,), operators (n - 1,)) -> text
+
+WORDS = {"+": "plus", "-": "minus", "*": "times"}  # "12 minus 5"
+APPLY = {"+": "add {x}", "-": "subtract {x}", "*": "multiply by {x}"}  # "..., then add 9"
+FIRST = {"+": "add {b} to {a}", "-": "subtract {b} from {a}", "*": "multiply {a} by {b}"}  # "If you subtract 5 from 12"
+# Vocabulary that only the held-out styles use.
+CHANGE = {"+": "increase it by {x}", "-": "decrease it by {x}", "*": "multiply it by {x}"}
+TAKE_FIRST = {"+": "increase {a} by {b}", "-": "take {b} away from {a}", "*": "scale {a} by a factor of {b}"}
+TAKE = {"+": "add {x}", "-": "take away {x}", "*": "multiply by {x}"}
+
+
+def spoken(operands: Sequence[int], operators: Sequence[str]) -> str:
+    """'12 minus 5 plus 9': the chain in words, read left to right."""
+    parts = [str(operands[0])]
+    for op, x in zip(operators, operands[1:]):
+        parts += [WORDS[op], str(x)]
+    return " ".join(parts)
+
+
+def question(operands: Sequence[int], operators: Sequence[str]) -> str:
+    """'What is 12 minus 5 plus 9?': also the exact text an operation expert is asked per step."""
+    return f"What is {spoken(operands, operators)}?"
+
+
+def _later(table: dict[str, str], operands: Sequence[int], operators: Sequence[str]) -> list[str]:
+    """The steps after the first, each phrased from `table`: ['add 9', 'subtract 3']."""
+    return [table[op].format(x=x) for op, x in zip(operators[1:], operands[2:])]
+
+
+def _listing(parts: list[str], last: str = " and ") -> str:
+    """'a', 'a and b', 'a, b and c'."""
+    return parts[0] if len(parts) == 1 else ", ".join(parts[:-1]) + last + parts[-1]
+
+
+def _first(table: dict[str, str], operands: Sequence[int], operators: Sequence[str]) -> str:
+    return table[operators[0]].format(a=operands[0], b=operands[1])
+
+
+# --- training styles --------------------------------------------------------------------------
+
+def compute(operands, operators):
+    """'Compute 12 minus 5, then add 9.' (the paper's §4.2.4 example)"""
+    head = spoken(operands[:2], operators[:1])
+    return f"Compute {head}" + "".join(f", then {step}" for step in _later(APPLY, operands, operators)) + "."
+
+
+def if_you(operands, operators):
+    """'If you subtract 5 from 12 and add 9, what do you get?' (the paper's §4.2.4 example)"""
+    return f"If you {_listing([_first(FIRST, operands, operators)] + _later(APPLY, operands, operators))}, what do you get?"
+
+
+def start(operands, operators):
+    """'Start with 12, subtract 5, add 9. What is the result?'"""
+    steps = [APPLY[op].format(x=x) for op, x in zip(operators, operands[1:])]
+    return f"Start with {operands[0]}, {', '.join(steps)}. What is the result?"
+
+
+def symbols(operands, operators):
+    """'Calculate 12 - 5 + 9.'"""
+    return "Calculate " + " ".join([str(operands[0])] + [f"{op} {x}" for op, x in zip(operators, operands[1:])]) + "."
+
+
+# --- held-out styles --------------------------------------------------------------------------
+
+def find(operands, operators):
+    """'Find the value of 12 minus 5 plus 9.'"""
+    return f"Find the value of {spoken(operands, operators)}."
+
+
+def equals(operands, operators):
+    """'12 minus 5 plus 9 equals what?'"""
+    return f"{spoken(operands, operators)} equals what?"
+
+
+def begin(operands, operators):
+    """'Begin with 12, decrease it by 5, then increase it by 9. What number do you end up with?'"""
+    steps = [CHANGE[op].format(x=x) for op, x in zip(operators, operands[1:])]
+    return f"Begin with {operands[0]}, {', then '.join(steps)}. What number do you end up with?"
+
+
+def take_away(operands, operators):
+    """'What do you get when you take 5 away from 12 and then add 9?' (reordered first step)"""
+    parts = [_first(TAKE_FIRST, operands, operators)] + _later(TAKE, operands, operators)
+    return f"What do you get when you {_listing(parts, last=' and then ')}?"
+
+
+def result_of(operands, operators):
+    """'Subtract 3 from the result of 12 minus 5 plus 9.' (the last step named first)"""
+    prefix = spoken(operands[:-1], operators[:-1])
+    a = f"the result of {prefix}" if len(operators) > 1 else prefix
+    text = FIRST[operators[-1]].format(a=a, b=operands[-1])
+    return text[0].upper() + text[1:] + "."
+
+
+STYLES: dict[str, Style] = {
+    "chain": question, "bare": spoken, "compute": compute, "if_you": if_you, "start": start, "symbols": symbols,
+    "find": find, "equals": equals, "begin": begin, "take_away": take_away, "result_of": result_of,
+}
+TRAIN_STYLES = ("chain", "compute", "if_you", "start", "symbols", "bare")
+HELDOUT_STYLES = ("find", "begin", "take_away", "result_of", "equals")
+assert not set(TRAIN_STYLES) & set(HELDOUT_STYLES) and set(TRAIN_STYLES) | set(HELDOUT_STYLES) == set(STYLES)

@@ -1,0 +1,69 @@
+"""Metrics of a composition's predictions (DESIGN.md decisions 1 and 5).
+
+- exact accuracy: the predicted answer is the true answer (the model's task);
+- range accuracy: the predicted answer lies in the true answer's range;
+- macro-F1 over the classes with support in the evaluated subset (scikit-learn), and the paper's
+  per-range F1 over all 99 classes (≈0.2 at best, since a range holds ~20 of them) beside it;
+- accuracy and F1 per range, and accuracy at the answers either side of a range boundary.
+"""
+
+import numpy as np
+import torch
+from sklearn.metrics import f1_score
+
+from redkit.compositions import ModuleSet, compose
+from redkit.data.vocabulary import BOUNDARY_ANSWERS, NUM_CLASSES, RANGES, SHORT_NAMES, class_to_answer
+
+
+def _macro_f1(true: np.ndarray, pred: np.ndarray, all_classes: bool = False) -> float:
+    labels = np.arange(NUM_CLASSES) if all_classes else np.unique(true)
+    return float(f1_score(true, pred, labels=labels, average="macro", zero_division=0))
+
+
+def _range_of(answers: np.ndarray) -> np.ndarray:
+    return np.searchsorted([hi for _, hi in RANGES], answers)  # label 0..4 of each answer
+
+
+def prediction_metrics(pred_classes: np.ndarray, true_classes: np.ndarray) -> dict:
+    pred_answers, true_answers = class_to_answer(pred_classes), class_to_answer(true_classes)
+    true_ranges = _range_of(true_answers)
+    out = {"n": int(len(true_classes)),
+           "accuracy": float((pred_classes == true_classes).mean()),
+           "range_accuracy": float((_range_of(pred_answers) == true_ranges).mean()),
+           "macro_f1": _macro_f1(true_classes, pred_classes),
+           "per_range": {}, "boundary": {}}
+    for label, name in enumerate(SHORT_NAMES):
+        rows = true_ranges == label
+        if rows.any():
+            out["per_range"][name] = {"n": int(rows.sum()), "accuracy": float((pred_classes[rows] == true_classes[rows]).mean()),
+                                      "macro_f1": _macro_f1(true_classes[rows], pred_classes[rows]),
+                                      "macro_f1_99": _macro_f1(true_classes[rows], pred_classes[rows], all_classes=True)}
+    for answer in BOUNDARY_ANSWERS:
+        rows = true_answers == answer
+        if rows.any():
+            out["boundary"][str(answer)] = {"n": int(rows.sum()), "accuracy": float((pred_answers[rows] == answer).mean())}
+    return out
+
+
+def evaluate_compositions(modules: ModuleSet, h: torch.Tensor, classes: torch.Tensor, labels: torch.Tensor,
+                          names: list[str]) -> dict[str, dict]:
+    """{composition: metrics} on one set of features; also the mean expert weights per true range."""
+    h, labels = h.to(modules.run.device), labels.to(modules.run.device)
+    results = {}
+    for name in names:
+        composed = compose(name, modules, h, labels)
+        result = prediction_metrics(composed.probs.argmax(dim=-1).cpu().numpy(), classes.numpy())
+        if composed.weights is not None:
+            weights = composed.weights.cpu()
+            result["mean_weights_by_range"] = {SHORT_NAMES[k]: weights[labels.cpu() == k].mean(dim=0).tolist()
+                                               for k in range(len(SHORT_NAMES)) if (labels.cpu() == k).any()}
+        results[name] = result
+    return results
+
+
+@torch.no_grad()
+def routing_accuracy(router: torch.nn.Module, h: torch.Tensor, labels: torch.Tensor) -> dict:
+    """How often the router's top expert is the true range, and the macro-F1 of that choice."""
+    pred = router(h).argmax(dim=-1).cpu().numpy()
+    true = labels.cpu().numpy()
+    return {"accuracy": float((pred == true).mean()), "macro_f1": float(f1_score(true, pred, average="macro", zero_division=0))}

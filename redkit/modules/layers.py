@@ -1,0 +1,137 @@
+"""The modules of RED and its baselines, all acting on pooled features h of shape (B, d).
+
+Axes: B batch, d hidden size, r expert rank, C classes (99 answers), K experts (5 ranges).
+
+    classifier     C(h) -> (B, C)                       shared, trained with the backbone in stage base
+    residual       Δh = B σ(A h) -> (B, d)               RED's expert: a low-rank hidden-space correction
+    logit          Δz = W h -> (B, C)                    the original code's expert: a correction of logits
+    head           E(h) -> (B, C)                        a full classifier: the baselines' expert
+    router / gate  R(h) -> (B, K) logits                 2-layer MLP; router: domain-supervised, gate: task loss
+
+Every expert can say what the model predicts with it alone (`alone_logits`): that is the loss it
+is trained on, on its own domain, with everything else frozen.
+"""
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from redkit.registry import Registry
+
+MODULES: Registry[type[nn.Module]] = Registry("module kind")
+
+
+@dataclass
+class ClassifierConfig:
+    dim: int
+    num_classes: int
+
+
+@MODULES.register("classifier")
+class Classifier(nn.Module):
+    Config = ClassifierConfig
+
+    def __init__(self, config: ClassifierConfig):
+        super().__init__()
+        self.config = config
+        self.linear = nn.Linear(config.dim, config.num_classes)
+
+    def forward(self, h: torch.Tensor) -> torch.Tensor:  # (B, d) -> (B, C)
+        return self.linear(h)
+
+
+@dataclass
+class ResidualExpertConfig:
+    dim: int
+    rank: int  # r; DESIGN default d/4
+
+
+@MODULES.register("residual")
+class ResidualExpert(nn.Module):
+    """Δh = B σ(A h). B starts at zero, so an untrained expert is exactly the identity (peft's LoRA
+    convention): plugging it in changes nothing until it has learned something."""
+
+    Config = ResidualExpertConfig
+
+    def __init__(self, config: ResidualExpertConfig):
+        super().__init__()
+        self.config = config
+        self.down = nn.Linear(config.dim, config.rank)  # A: (d -> r)
+        self.up = nn.Linear(config.rank, config.dim)  # B: (r -> d)
+        nn.init.zeros_(self.up.weight)
+        nn.init.zeros_(self.up.bias)
+
+    def forward(self, h: torch.Tensor) -> torch.Tensor:  # (B, d) -> Δh (B, d)
+        return self.up(torch.nn.functional.gelu(self.down(h)))
+
+    def alone_logits(self, h: torch.Tensor, classifier: Classifier) -> torch.Tensor:
+        return classifier(h + self(h))
+
+
+@dataclass
+class HeadConfig:
+    dim: int
+    num_classes: int
+
+
+@MODULES.register("logit")
+class LogitExpert(nn.Module):
+    """The original code's expert: logits = C(h) + W h. Zero-initialised, like the residual one."""
+
+    Config = HeadConfig
+
+    def __init__(self, config: HeadConfig):
+        super().__init__()
+        self.config = config
+        self.linear = nn.Linear(config.dim, config.num_classes)
+        nn.init.zeros_(self.linear.weight)
+        nn.init.zeros_(self.linear.bias)
+
+    def forward(self, h: torch.Tensor) -> torch.Tensor:  # (B, d) -> Δz (B, C)
+        return self.linear(h)
+
+    def alone_logits(self, h: torch.Tensor, classifier: Classifier) -> torch.Tensor:
+        return classifier(h) + self(h)
+
+
+@MODULES.register("head")
+class HeadExpert(nn.Module):
+    """A full classifier of its own, E_i(h): the oracle / uniform / MoE baselines' expert, and the
+    global head trained on all the data."""
+
+    Config = HeadConfig
+
+    def __init__(self, config: HeadConfig):
+        super().__init__()
+        self.config = config
+        self.linear = nn.Linear(config.dim, config.num_classes)
+
+    def forward(self, h: torch.Tensor) -> torch.Tensor:  # (B, d) -> (B, C)
+        return self.linear(h)
+
+    def alone_logits(self, h: torch.Tensor, classifier: Classifier | None = None) -> torch.Tensor:
+        return self(h)
+
+
+@dataclass
+class RouterConfig:
+    dim: int
+    num_experts: int  # K
+    hidden: int = 256
+
+
+@MODULES.register("router")
+class Router(nn.Module):
+    """Two-layer MLP h -> K expert logits; α = softmax of them. The RED router and the MoE gate
+    share this architecture and differ only in what they are trained on."""
+
+    Config = RouterConfig
+
+    def __init__(self, config: RouterConfig):
+        super().__init__()
+        self.config = config
+        self.net = nn.Sequential(nn.Linear(config.dim, config.hidden), nn.GELU(), nn.Linear(config.hidden, config.num_experts))
+
+    def forward(self, h: torch.Tensor) -> torch.Tensor:  # (B, d) -> (B, K) logits
+        return self.net(h)

@@ -1,0 +1,85 @@
+"""Each trained module is its own directory: `config.json` + `model.safetensors`, never a pickle.
+
+`config.json` says what the module is (kind and dimensions), what it was trained on (domain,
+backbone fingerprint, data hash, seed), with which redkit, and how well it did. Loading checks
+the backbone fingerprint and the dimensions and refuses a mismatch with one clear line: a module
+trained on another backbone's features would silently compute nonsense.
+"""
+
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file, save_file
+from torch import nn
+
+from redkit.atomic import atomic_path, write_json
+from redkit.errors import RedkitError
+from redkit.modules.layers import MODULES
+
+CONFIG, WEIGHTS = "config.json", "model.safetensors"
+
+
+@dataclass
+class ModuleMeta:
+    kind: str  # a MODULES name, or "backbone_top"
+    config: dict  # the module's dataclass config (dimensions)
+    backbone_fingerprint: str  # features it was trained on
+    data_hash: str = ""
+    seed: int = 0
+    domain: int | None = None  # the range label an expert was trained on
+    redkit_version: str = ""
+    metrics: dict = field(default_factory=dict)
+
+
+def module_exists(path: str | Path) -> bool:
+    path = Path(path)
+    return (path / CONFIG).is_file() and (path / WEIGHTS).is_file()
+
+
+def save_module(path: str | Path, state: dict[str, torch.Tensor] | nn.Module, meta: ModuleMeta) -> None:
+    """Weights first, config last: a directory with a config.json is a complete module."""
+    from redkit import __version__
+
+    path = Path(path)
+    path.mkdir(parents=True, exist_ok=True)
+    if isinstance(state, nn.Module):
+        state = state.state_dict()
+    meta.redkit_version = meta.redkit_version or __version__
+    with atomic_path(path / WEIGHTS) as tmp:
+        save_file({k: v.detach().contiguous().cpu() for k, v in state.items()}, str(tmp))
+    write_json(path / CONFIG, asdict(meta))
+
+
+def read_meta(path: str | Path) -> ModuleMeta:
+    path = Path(path)
+    if not module_exists(path):
+        raise RedkitError(f"{path}: no trained module here (expected {CONFIG} and {WEIGHTS})")
+    try:
+        return ModuleMeta(**json.loads((path / CONFIG).read_text()))
+    except (json.JSONDecodeError, TypeError) as err:
+        raise RedkitError(f"{path / CONFIG}: not a redkit module config ({err})") from None
+
+
+def load_state(path: str | Path, fingerprint: str | None = None) -> tuple[dict[str, torch.Tensor], ModuleMeta]:
+    path = Path(path)
+    meta = read_meta(path)
+    if fingerprint is not None and meta.backbone_fingerprint != fingerprint:
+        raise RedkitError(f"{path}: this {meta.kind} module was trained on backbone {meta.backbone_fingerprint}, "
+                          f"but the run's backbone is {fingerprint}; retrain it for this backbone")
+    return load_file(str(path / WEIGHTS)), meta
+
+
+def load_module(path: str | Path, fingerprint: str | None = None, dim: int | None = None) -> tuple[nn.Module, ModuleMeta]:
+    """Rebuild a module from its directory, refusing another backbone's or another width's."""
+    state, meta = load_state(path, fingerprint)
+    if dim is not None and meta.config.get("dim") != dim:
+        raise RedkitError(f"{path}: module expects features of width {meta.config.get('dim')}, the backbone gives {dim}")
+    cls = MODULES[meta.kind]
+    module = cls(cls.Config(**meta.config))
+    try:
+        module.load_state_dict(state)
+    except RuntimeError as err:
+        raise RedkitError(f"{path / WEIGHTS}: weights do not fit a {meta.kind} of {meta.config} ({str(err).splitlines()[0]})") from None
+    return module.eval(), meta

@@ -1,0 +1,67 @@
+"""`redkit reproduce task1`: data -> stages -> evaluation -> results.json + report.md."""
+
+import time
+from dataclasses import asdict
+from pathlib import Path
+
+from redkit.atomic import write_json
+from redkit.compositions import COMPOSITIONS, ModuleSet
+from redkit.data.generate import HELDOUT
+from redkit.data.records import read_jsonl
+from redkit.evaluate import evaluate_compositions, routing_accuracy
+from redkit.provenance import provenance
+from redkit.report import write_report
+from redkit.run import Run, RunConfig
+from redkit.train.stages import PIPELINE, STAGES
+
+EVAL_SPLITS = ("test", HELDOUT, "val")
+
+
+def evaluate_file(run: Run, modules: ModuleSet, path: Path, names: list[str]) -> dict:
+    """Every composition on any JSONL file the loader reads (evaluation only, never training)."""
+    examples = read_jsonl(path)
+    import torch
+
+    from redkit.data.vocabulary import answer_to_class
+    h = run.features(f"file-{path.stem}", examples)
+    classes = torch.tensor([answer_to_class(ex.answer) for ex in examples])
+    labels = torch.tensor([ex.label for ex in examples])
+    return evaluate_compositions(modules, h, classes, labels, names)
+
+
+def evaluate_run(run: Run, eval_files: tuple[Path, ...] = ()) -> dict:
+    start = time.perf_counter()
+    modules = ModuleSet(run)
+    names = COMPOSITIONS.names()
+    results = {"splits": {}, "router": {}, "gate": {}, "external": {}}
+    for split in EVAL_SPLITS:
+        h, classes, labels = run.split_tensors(split)
+        results["splits"][split] = evaluate_compositions(modules, h, classes, labels, names)
+    for split in ("train", "val", "test"):
+        h, _, labels = run.split_tensors(split)
+        results["router"][split] = routing_accuracy(modules.router(), h.to(run.device), labels)
+        results["gate"][split] = routing_accuracy(modules.gate(), h.to(run.device), labels)
+    for path in eval_files:
+        results["external"][Path(path).name] = evaluate_file(run, modules, Path(path), names)
+    run.add_time("evaluate", time.perf_counter() - start)
+    return results
+
+
+def reproduce(out: Path, config: RunConfig, eval_files: tuple[Path, ...] = (), print_fn=print) -> dict:
+    wall = time.perf_counter()
+    run = Run(out, config)
+    start = time.perf_counter()
+    summary = run.prepare_data()
+    if "data" not in run.timings:
+        run.add_time("data", time.perf_counter() - start)
+    for stage in PIPELINE:
+        outcome = STAGES[stage](run)
+        print_fn(f"[{stage}] {outcome if len(str(outcome)) < 200 else str(outcome)[:200] + ' ...'}")
+    results = evaluate_run(run, eval_files)
+    results |= {"task": config.task, "seed": config.seed, "config": asdict(run.config), "data": summary,
+                "provenance": provenance(), "wall_seconds_per_stage": dict(run.timings),
+                "wall_seconds_this_call": time.perf_counter() - wall}
+    write_json(run.dir / "results.json", results)
+    report = write_report(run.dir, results)
+    print_fn(report)
+    return results

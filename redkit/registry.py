@@ -1,0 +1,49 @@
+"""A dict-plus-decorator registry with a "did you mean" error, shared by tasks, compositions,
+modules and routers (the lm-evaluation-harness pattern).
+
+    COMPOSITIONS = Registry("composition")
+
+    @COMPOSITIONS.register("red")
+    def red(...): ...
+
+    COMPOSITIONS["red"]     # -> the function
+    COMPOSITIONS["rde"]     # RedkitError: unknown composition 'rde'; did you mean 'red'? (known: ...)
+"""
+
+import difflib
+from typing import Callable, Generic, Iterator, TypeVar
+
+from redkit.errors import RedkitError
+
+T = TypeVar("T")
+
+
+class Registry(Generic[T]):
+    def __init__(self, kind: str):
+        self.kind = kind  # what an entry is called in error messages, e.g. "composition"
+        self._entries: dict[str, T] = {}
+
+    def register(self, name: str) -> Callable[[T], T]:
+        def add(obj: T) -> T:
+            if name in self._entries:
+                raise ValueError(f"{self.kind} {name!r} is registered twice")
+            self._entries[name] = obj
+            return obj
+
+        return add
+
+    def __getitem__(self, name: str) -> T:
+        if name not in self._entries:
+            close = difflib.get_close_matches(name, self._entries, n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            raise RedkitError(f"unknown {self.kind} {name!r}{hint} (known: {', '.join(self._entries)})")
+        return self._entries[name]
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._entries
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._entries)
+
+    def names(self) -> list[str]:
+        return list(self._entries)

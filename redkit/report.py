@@ -1,0 +1,111 @@
+"""The markdown report of a run, laid out like the paper's §4.6 tables, with its figures."""
+
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+from redkit.atomic import atomic_path, write_text  # noqa: E402
+from redkit.data.vocabulary import BOUNDARY_ANSWERS, SHORT_NAMES  # noqa: E402
+
+LABELS = {"global_10pct": "Global head (10% data, base)", "global_full": "Global head (100% data)",
+          "oracle": "Oracle per-range heads", "uniform": "Uniform avg (all_fixed)", "moe": "MoE gating (softmax)",
+          "red": "**RED (router)**", "red_oracle": "RED, oracle α", "red_uniform": "RED, uniform α (AllFix)",
+          "red_logits": "RED in logit space (original code)"}
+
+
+def _f(x: float) -> str:
+    return f"{x:.4f}"
+
+
+def _table(header: list[str], rows: list[list[str]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    return "\n".join(lines + ["| " + " | ".join(row) + " |" for row in rows])
+
+
+def _figure_per_range(directory: Path, split_results: dict) -> str:
+    names = list(split_results)
+    fig, ax = plt.subplots(figsize=(9, 3.8))
+    width = 0.8 / len(names)
+    for i, name in enumerate(names):
+        values = [split_results[name]["per_range"].get(r, {}).get("accuracy", 0.0) for r in SHORT_NAMES]
+        ax.bar([k + i * width for k in range(len(SHORT_NAMES))], values, width, label=name)
+    ax.set_xticks([k + 0.4 - width / 2 for k in range(len(SHORT_NAMES))], SHORT_NAMES)
+    ax.set_ylabel("exact accuracy")
+    ax.set_ylim(0, 1.02)
+    ax.legend(ncol=3, fontsize=7, loc="lower left")
+    ax.set_title("Exact accuracy by answer range (test)")
+    return _save(fig, directory / "figures" / "per_range_accuracy.png")
+
+
+def _figure_weights(directory: Path, split_results: dict) -> str:
+    panels = [n for n in ("red", "moe") if "mean_weights_by_range" in split_results.get(n, {})]
+    fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 3.6), squeeze=False)
+    for ax, name in zip(axes[0], panels):
+        weights = split_results[name]["mean_weights_by_range"]
+        matrix = [weights[r] for r in SHORT_NAMES if r in weights]
+        image = ax.imshow(matrix, vmin=0, vmax=1, cmap="viridis")
+        ax.set_xticks(range(len(SHORT_NAMES)), [f"E{k + 1}" for k in range(len(SHORT_NAMES))])
+        ax.set_yticks(range(len(matrix)), [r for r in SHORT_NAMES if r in weights])
+        ax.set_xlabel("expert")
+        ax.set_ylabel("true range")
+        ax.set_title(f"{name}: mean expert weight")
+        fig.colorbar(image, ax=ax, fraction=0.046)
+    return _save(fig, directory / "figures" / "expert_weights.png")
+
+
+def _save(fig, path: Path) -> str:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.tight_layout()
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, dpi=120, format="png")
+    plt.close(fig)
+    return str(path.relative_to(path.parent.parent))
+
+
+def render_report(results: dict, figures: dict[str, str] | None = None) -> str:
+    test = results["splits"]["test"]
+    split_kind = results["config"]["data"]["split"]
+    out = [f"# {results['task']}: results ({split_kind} split, seed {results['seed']})", ""]
+    out += ["## Overall performance (test; cf. §4.6.1)", "",
+            _table(["Method", "Accuracy", "Range accuracy", "Macro-F1"],
+                   [[LABELS.get(n, n), _f(m["accuracy"]), _f(m["range_accuracy"]), _f(m["macro_f1"])] for n, m in test.items()]), ""]
+    out += ["## Accuracy by range (test; cf. §4.6.2)", "",
+            _table(["Method", *SHORT_NAMES], [[LABELS.get(n, n), *(_f(m["per_range"][r]["accuracy"]) for r in SHORT_NAMES if r in m["per_range"])]
+                                               for n, m in test.items()]), ""]
+    out += ["## Macro-F1 by range (test; cf. §4.6.3)", "",
+            "Over the classes with support in the range; in brackets the paper's F1 over all 99 classes.", "",
+            _table(["Method", *SHORT_NAMES], [[LABELS.get(n, n), *(f"{_f(m['per_range'][r]['macro_f1'])} ({m['per_range'][r]['macro_f1_99']:.3f})"
+                                                                    for r in SHORT_NAMES if r in m["per_range"])] for n, m in test.items()]), ""]
+    out += ["## Router reliability (cf. §4.6.4)", "",
+            _table(["Split", "RED router accuracy", "Router macro-F1", "MoE gate top-1 = range"],
+                   [[s, _f(r["accuracy"]), _f(r["macro_f1"]), _f(results["gate"][s]["accuracy"])] for s, r in results["router"].items()]), ""]
+    boundary_names = [b for b in map(str, BOUNDARY_ANSWERS) if b in test["red"]["boundary"]]
+    out += ["## Accuracy at range boundaries (test; cf. §4.6.5)", "",
+            _table(["Method", *boundary_names], [[LABELS.get(n, n), *(_f(m["boundary"][b]["accuracy"]) for b in boundary_names)]
+                                                 for n, m in test.items()]), ""]
+    other = {f"{s} split": r for s, r in results["splits"].items() if s != "test"} | results.get("external", {})
+    if other:
+        out += ["## Other evaluation sets (exact accuracy)", "",
+                _table(["Method", *other], [[LABELS.get(n, n), *(_f(other[k][n]["accuracy"]) for k in other)] for n in test]), ""]
+    if figures:
+        out += ["## Figures", ""] + [f"![{name}]({path})" for name, path in figures.items()] + [""]
+    times = results.get("wall_seconds_per_stage", {})
+    if times:
+        out += ["## Wall time per stage (seconds)", "", _table(list(times), [[f"{t:.1f}" for t in times.values()]]), ""]
+    prov = results.get("provenance", {})
+    if prov:
+        out += [f"redkit {prov.get('redkit')} · commit {prov.get('git_commit')} · "
+                + ", ".join(f"{k} {v}" for k, v in prov.get("versions", {}).items()), ""]
+    return "\n".join(out)
+
+
+def write_report(directory: Path, results: dict) -> str:
+    test = results["splits"]["test"]
+    figures = {"Exact accuracy by range": _figure_per_range(directory, test),
+               "Mean expert weight by true range": _figure_weights(directory, test)}
+    text = render_report(results, figures)
+    write_text(directory / "report.md", text)
+    return text

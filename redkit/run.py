@@ -1,0 +1,189 @@
+"""A run directory and everything a stage needs from it.
+
+    <run>/config.json      the resolved RunConfig (a rerun with other settings is refused)
+    <run>/data/            train/val/test/test_heldout_templates JSONL + splits.json + base_subset.json
+    <run>/cache/           frozen-prefix states and pooled features (safe to delete)
+    <run>/modules/         one directory per trained module (config.json + model.safetensors)
+    <run>/log.jsonl        one line per epoch and per stage
+    <run>/results.json     metrics, config, seed, git commit, versions, wall time per stage
+    <run>/report.md        the tables, with figures in <run>/figures/
+"""
+
+import json
+import random
+import time
+from dataclasses import asdict, dataclass, field, fields, is_dataclass
+from functools import cached_property
+from pathlib import Path
+
+import torch
+
+from redkit.atomic import write_json
+from redkit.backbone import Backbone, BackboneConfig
+from redkit.data.generate import HELDOUT, SPLITS, DataConfig, generate, write_dataset
+from redkit.data.records import Example, read_jsonl
+from redkit.data.vocabulary import NUM_DOMAINS, answer_to_class
+from redkit.errors import RedkitError
+from redkit.features import cached_features
+from redkit.modules.store import load_state, module_exists
+from redkit.train.loop import TrainConfig
+
+# Learning rates and epoch caps per stage, on top of TrainConfig's defaults (lr 1e-4, batch 16,
+# virtual batch 64, patience 3, max 60 epochs). Chosen so that `make demo` fits in 10 minutes on a
+# 2-core CPU: stage base fine-tunes two transformer layers, the rest train small modules on cached
+# features, from scratch, where lr 1e-4 would need far more than 60 epochs.
+DEFAULT_STAGE_OVERRIDES = {
+    "base": {"lr": 3e-4, "max_epochs": 12},
+    "experts": {"lr": 1e-3},
+    "heads": {"lr": 1e-3},
+    "router": {"lr": 1e-3},
+    "gate": {"lr": 1e-3},
+}
+
+
+@dataclass
+class RunConfig:
+    task: str = "task1"
+    seed: int = 0
+    data: DataConfig = field(default_factory=DataConfig)
+    backbone: BackboneConfig = field(default_factory=BackboneConfig)
+    base_fraction: float = 0.1  # of train, label-balanced, for stage base (the paper's weak global head)
+    expert_rank: int = 0  # r of the residual experts; 0 = d // 4
+    device: str = "cpu"
+    train: TrainConfig = field(default_factory=TrainConfig)
+    stage_overrides: dict[str, dict] = field(default_factory=lambda: json.loads(json.dumps(DEFAULT_STAGE_OVERRIDES)))
+
+    def train_config(self, stage: str) -> TrainConfig:
+        return TrainConfig(**(asdict(self.train) | self.stage_overrides.get(stage, {})))
+
+    @classmethod
+    def from_dict(cls, raw: dict) -> "RunConfig":
+        nested = {"data": DataConfig, "backbone": BackboneConfig, "train": TrainConfig}
+        kwargs = {}
+        for f in fields(cls):
+            if f.name in raw:
+                value = raw[f.name]
+                if f.name in nested:
+                    value = nested[f.name](**{k: (tuple(v) if isinstance(v, list) else v) for k, v in value.items()})
+                kwargs[f.name] = value
+        return cls(**kwargs)
+
+
+def _first_difference(a: dict, b: dict, prefix: str = "") -> str | None:
+    for key in sorted(set(a) | set(b)):
+        x, y = a.get(key), b.get(key)
+        if isinstance(x, dict) and isinstance(y, dict):
+            found = _first_difference(x, y, f"{prefix}{key}.")
+            if found:
+                return found
+        elif x != y and not (isinstance(x, (list, tuple)) and isinstance(y, (list, tuple)) and list(x) == list(y)):
+            return f"{prefix}{key}: {x!r} in the run, {y!r} asked for"
+    return None
+
+
+class Run:
+    def __init__(self, directory: str | Path, config: RunConfig | None = None):
+        """Open (or create) a run. A new config must match the one the run was made with."""
+        self.dir = Path(directory)
+        saved = self.dir / "config.json"
+        if saved.is_file():
+            existing = RunConfig.from_dict(json.loads(saved.read_text()))
+            if config is not None:
+                diff = _first_difference(asdict(existing), json.loads(json.dumps(asdict(config))))
+                if diff:
+                    raise RedkitError(f"{self.dir} was made with other settings ({diff}); use another --out or delete it")
+            config = existing
+        elif config is None:
+            raise RedkitError(f"{self.dir}: not a redkit run (no config.json)")
+        else:
+            write_json(saved, asdict(config))
+        self.config = config
+        self.device = torch.device(config.device)
+        self.timings: dict[str, float] = self._read_timings()
+
+    # ---- paths, logging, timing ----------------------------------------------------------
+
+    def module_dir(self, *parts: str) -> Path:
+        return self.dir.joinpath("modules", *parts)
+
+    @property
+    def cache_dir(self) -> Path:
+        return self.dir / "cache"
+
+    def log(self, row: dict) -> None:
+        with (self.dir / "log.jsonl").open("a", encoding="utf-8") as f:
+            f.write(json.dumps({"time": time.time()} | row) + "\n")
+
+    def _read_timings(self) -> dict[str, float]:
+        path = self.dir / "timings.json"
+        return json.loads(path.read_text()) if path.is_file() else {}
+
+    def add_time(self, stage: str, seconds: float) -> None:
+        self.timings[stage] = self.timings.get(stage, 0.0) + seconds
+        write_json(self.dir / "timings.json", self.timings)
+
+    # ---- data ------------------------------------------------------------------------------
+
+    def prepare_data(self) -> dict:
+        """Write the task's data splits once; reruns reuse them."""
+        if (self.dir / "data" / "splits.json").is_file():
+            return json.loads((self.dir / "data" / "splits.json").read_text())
+        datasets = generate(self.config.data)
+        return write_dataset(self.dir / "data", datasets, self.config.data)
+
+    @cached_property
+    def splits(self) -> dict[str, list[Example]]:
+        return {name: read_jsonl(self.dir / "data" / f"{name}.jsonl") for name in (*SPLITS, HELDOUT)}
+
+    def base_subset(self) -> list[int]:
+        """Indices into train of stage base's label-balanced `base_fraction`, fixed once per run."""
+        path = self.dir / "data" / "base_subset.json"
+        if path.is_file():
+            return json.loads(path.read_text())
+        train = self.splits["train"]
+        per_domain = round(len(train) * self.config.base_fraction) // NUM_DOMAINS
+        rng = random.Random(self.config.seed)
+        chosen = []
+        for label in range(NUM_DOMAINS):
+            pool = [i for i, ex in enumerate(train) if ex.label == label]
+            if len(pool) < per_domain:
+                raise RedkitError(f"train has {len(pool)} examples of range {label}, fewer than the {per_domain} stage base needs")
+            chosen += rng.sample(pool, per_domain)
+        chosen.sort()
+        write_json(path, chosen)
+        return chosen
+
+    # ---- backbone and features ---------------------------------------------------------------
+
+    @cached_property
+    def backbone(self) -> Backbone:
+        """The backbone, with its tuned top layers once stage base has produced them."""
+        backbone = Backbone(self.config.backbone)
+        top = self.module_dir("backbone_top")
+        if module_exists(top):
+            state, meta = load_state(top)
+            if meta.config.get("source_fingerprint") != backbone.source_fingerprint:
+                raise RedkitError(f"{top}: tuned for backbone {meta.config.get('source_fingerprint')}, "
+                                  f"but --backbone {backbone.path} is {backbone.source_fingerprint}")
+            backbone.load_top_state_dict(state)
+        return backbone.to(self.device)
+
+    @cached_property
+    def fingerprint(self) -> str:
+        return self.backbone.fingerprint()
+
+    def features(self, name: str, examples: list[Example]) -> torch.Tensor:
+        """(N, d) pooled features of `examples` with the tuned backbone (cached)."""
+        if not module_exists(self.module_dir("backbone_top")):
+            raise RedkitError(f"{self.dir}: stage base has not run yet, so there is no tuned backbone")
+        return cached_features(self.cache_dir, self.backbone, [ex.question for ex in examples], name)
+
+    def split_tensors(self, name: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(h (N, d), answer classes (N,), domain labels (N,)) of a split."""
+        examples = self.splits[name]
+        return (self.features(name, examples), torch.tensor([answer_to_class(ex.answer) for ex in examples]),
+                torch.tensor([ex.label for ex in examples]))
+
+
+def asdict_deep(obj) -> dict:
+    return asdict(obj) if is_dataclass(obj) else dict(obj)

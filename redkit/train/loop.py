@@ -1,0 +1,136 @@
+"""The one training loop every stage uses: AdamW, micro-batches accumulated into a virtual batch,
+early stopping on validation loss, and a checkpoint after every epoch that a rerun resumes from.
+
+The caller says what a micro-batch's loss is (`batch_loss(indices)`) and what the validation loss
+is (`val_loss()`); the loop owns optimisation, stopping, checkpoints and progress. Shuffling and
+dropout are seeded per epoch, so a resumed run computes exactly what an uninterrupted one would.
+"""
+
+import copy
+import json
+import math
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import torch
+from safetensors.torch import load_file, save_file
+from torch import nn
+from tqdm.auto import tqdm
+
+from redkit.atomic import atomic_path, write_json
+
+
+@dataclass
+class TrainConfig:
+    lr: float = 1e-4
+    batch_size: int = 16  # micro-batch
+    virtual_batch_size: int = 64  # gradients of virtual/micro micro-batches are accumulated per step
+    max_epochs: int = 60
+    patience: int = 3  # epochs without a better validation loss before stopping
+    weight_decay: float = 0.01
+    min_delta: float = 1e-4  # a validation loss must beat the best by this much to count
+
+
+@dataclass
+class FitResult:
+    epochs: int
+    best_epoch: int
+    best_val_loss: float
+    history: list[dict] = field(default_factory=list)
+    seconds: float = 0.0
+    resumed_from: int = 0  # epochs already done when this call started
+
+
+class Checkpoint:
+    """`checkpoint.safetensors` (model, best and optimizer tensors) + `checkpoint.json` (the rest)."""
+
+    def __init__(self, directory: Path):
+        self.tensors = directory / "checkpoint.safetensors"
+        self.state = directory / "checkpoint.json"
+
+    def exists(self) -> bool:
+        return self.tensors.is_file() and self.state.is_file()
+
+    def save(self, model: nn.Module, best: dict, optimizer: torch.optim.Optimizer, progress: dict) -> None:
+        opt = optimizer.state_dict()
+        tensors = {f"model.{k}": v for k, v in model.state_dict().items()}
+        tensors |= {f"best.{k}": v for k, v in best.items()}
+        for index, slots in opt["state"].items():
+            tensors |= {f"optim.{index}.{name}": t for name, t in slots.items()}
+        with atomic_path(self.tensors) as tmp:
+            save_file({k: v.detach().contiguous().cpu() for k, v in tensors.items()}, str(tmp))
+        # Written second: a checkpoint counts only once its json names the epoch it holds.
+        write_json(self.state, progress | {"param_groups": opt["param_groups"]})
+
+    def load(self, model: nn.Module, optimizer: torch.optim.Optimizer) -> tuple[dict, dict]:
+        tensors = load_file(str(self.tensors))
+        progress = json.loads(self.state.read_text())
+        model.load_state_dict({k[6:]: v for k, v in tensors.items() if k.startswith("model.")})
+        best = {k[5:]: v for k, v in tensors.items() if k.startswith("best.")}
+        state: dict[int, dict] = {}
+        for key, value in tensors.items():
+            if key.startswith("optim."):
+                _, index, name = key.split(".", 2)
+                state.setdefault(int(index), {})[name] = value
+        optimizer.load_state_dict({"state": state, "param_groups": progress.pop("param_groups")})
+        return best, progress
+
+    def remove(self) -> None:
+        self.tensors.unlink(missing_ok=True)
+        self.state.unlink(missing_ok=True)
+
+
+def fit(model: nn.Module, batch_loss: Callable[[torch.Tensor], torch.Tensor], num_train: int,
+        val_loss: Callable[[], float], config: TrainConfig, seed: int, checkpoint_dir: Path | None = None,
+        desc: str = "train", log: Callable[[dict], None] | None = None) -> FitResult:
+    """Train the parameters of `model` that require grad; on return `model` holds its best state."""
+    params = [p for p in model.parameters() if p.requires_grad]
+    optimizer = torch.optim.AdamW(params, lr=config.lr, weight_decay=config.weight_decay)
+    accumulate = max(1, config.virtual_batch_size // config.batch_size)
+    checkpoint = Checkpoint(checkpoint_dir) if checkpoint_dir else None
+    best_state = copy.deepcopy(model.state_dict())
+    progress = {"epoch": 0, "best_epoch": 0, "best_val_loss": math.inf, "bad_epochs": 0, "history": [], "seconds": 0.0}
+    if checkpoint and checkpoint.exists():
+        best_state, progress = checkpoint.load(model, optimizer)
+    resumed_from = progress["epoch"]
+    bar = tqdm(total=config.max_epochs, initial=resumed_from, desc=desc, unit="epoch", leave=False, dynamic_ncols=True)
+    while progress["epoch"] < config.max_epochs and progress["bad_epochs"] < config.patience:
+        start = time.perf_counter()
+        epoch = progress["epoch"]
+        torch.manual_seed(seed * 100_003 + epoch)  # shuffling and dropout of this epoch
+        model.train()
+        order = torch.randperm(num_train)
+        total, batches = 0.0, 0
+        optimizer.zero_grad(set_to_none=True)
+        for i, first in enumerate(range(0, num_train, config.batch_size)):
+            loss = batch_loss(order[first:first + config.batch_size])
+            (loss / accumulate).backward()
+            total, batches = total + loss.item(), batches + 1
+            if (i + 1) % accumulate == 0 or first + config.batch_size >= num_train:
+                optimizer.step()
+                optimizer.zero_grad(set_to_none=True)
+        model.eval()
+        with torch.no_grad():
+            val = float(val_loss())
+        row = {"stage": desc, "epoch": epoch + 1, "train_loss": total / max(batches, 1), "val_loss": val,
+               "seconds": time.perf_counter() - start}
+        progress["history"].append(row)
+        progress["seconds"] += row["seconds"]
+        progress["epoch"] = epoch + 1
+        if val < progress["best_val_loss"] - config.min_delta:
+            progress |= {"best_val_loss": val, "best_epoch": epoch + 1, "bad_epochs": 0}
+            best_state = copy.deepcopy(model.state_dict())
+        else:
+            progress["bad_epochs"] += 1
+        if checkpoint:
+            checkpoint.save(model, best_state, optimizer, progress)
+        if log:
+            log(row)
+        bar.update(1)
+        bar.set_postfix(train=f"{row['train_loss']:.4f}", val=f"{val:.4f}")
+    bar.close()
+    model.load_state_dict(best_state)
+    return FitResult(epochs=progress["epoch"], best_epoch=progress["best_epoch"], best_val_loss=progress["best_val_loss"],
+                     history=progress["history"], seconds=progress["seconds"], resumed_from=resumed_from)

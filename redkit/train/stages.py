@@ -1,0 +1,234 @@
+"""The training stages of a run, in pipeline order. Each one skips itself if its module directory
+is already complete, resumes from its checkpoint if it was interrupted, and writes its own
+module(s) as config.json + model.safetensors.
+
+    base     top-N backbone layers + shared classifier C, on a label-balanced 10% of train
+    experts  per range i and expert kind (residual, logit): trained ALONE on range i, through frozen C
+    heads    per range i a full head E_i (baselines), and the global head on all of train
+    router   2-layer MLP h -> range, supervised on the range label (RED)
+    gate     2-layer MLP h -> α, trained on the task loss of Σ α_i softmax(E_i(h)) (classical MoE)
+"""
+
+import time
+from typing import Callable
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from redkit.data.vocabulary import NUM_CLASSES, NUM_DOMAINS, SHORT_NAMES, answer_to_class
+from redkit.errors import RedkitError
+from redkit.features import PrefixStates, text_hash
+from redkit.modules.layers import MODULES, Classifier, Router
+from redkit.modules.store import ModuleMeta, load_module, module_exists, save_module
+from redkit.registry import Registry
+from redkit.run import Run
+from redkit.train.loop import Checkpoint, FitResult, fit
+
+STAGES: Registry[Callable] = Registry("stage")
+EXPERT_KINDS = ("residual", "logit")
+
+
+def _timed(run: Run, stage: str, work: Callable[[], dict]) -> dict:
+    start = time.perf_counter()
+    summary = work()
+    seconds = time.perf_counter() - start
+    run.add_time(stage, seconds)
+    run.log({"stage": stage, "event": "done", "seconds": seconds} | summary)
+    return summary
+
+
+def _meta(run: Run, module: nn.Module, kind: str, domain: int | None, result: FitResult) -> ModuleMeta:
+    return ModuleMeta(kind=kind, config=vars(module.config) if hasattr(module, "config") else {},
+                      backbone_fingerprint=run.fingerprint,
+                      data_hash=text_hash([ex.question for ex in run.splits["train"]]), seed=run.config.seed,
+                      domain=domain, metrics={"best_val_loss": result.best_val_loss, "epochs": result.epochs,
+                                              "best_epoch": result.best_epoch, "seconds": result.seconds})
+
+
+def _train_on_features(run: Run, stage: str, directory, module: nn.Module, loss_fn: Callable,
+                       train: tuple[torch.Tensor, ...], val: tuple[torch.Tensor, ...], kind: str,
+                       domain: int | None, seed_offset: int) -> dict:
+    """Fit `module` on cached features; `loss_fn(module, *tensors)` is a mean loss."""
+    if module_exists(directory):
+        return {"skipped": str(directory)}
+    module.to(run.device)
+    train = tuple(t.to(run.device) for t in train)
+    val = tuple(t.to(run.device) for t in val)
+    result = fit(module, lambda idx: loss_fn(module, *(t[idx] for t in train)), len(train[0]),
+                 lambda: loss_fn(module, *val).item(), run.config.train_config(stage),
+                 seed=run.config.seed + seed_offset, checkpoint_dir=directory, desc=f"{stage} {directory.name}",
+                 log=run.log)
+    save_module(directory, module.cpu(), _meta(run, module, kind, domain, result))
+    Checkpoint(directory).remove()
+    return {"module": str(directory), "epochs": result.epochs, "best_val_loss": result.best_val_loss}
+
+
+def load_classifier(run: Run) -> Classifier:
+    return load_module(run.module_dir("classifier"), run.fingerprint, run.backbone.hidden_size)[0].to(run.device)
+
+
+# ---- stage base ---------------------------------------------------------------------------------
+
+@STAGES.register("base")
+def stage_base(run: Run) -> dict:
+    """Fine-tune the top-N layers and the shared classifier on the label-balanced base subset."""
+    top_dir, clf_dir = run.module_dir("backbone_top"), run.module_dir("classifier")
+    if module_exists(top_dir) and module_exists(clf_dir):
+        return {"skipped": "base"}
+
+    def work() -> dict:
+        backbone = run.backbone
+        subset = [run.splits["train"][i] for i in run.base_subset()]
+        val_examples = run.splits["val"]
+        train_states = PrefixStates.build(run.cache_dir, backbone, [ex.question for ex in subset], "base-train")
+        # Validation texts repeat a lot: score each distinct text once, weighted by its count.
+        distinct: dict[str, list] = {}
+        for ex in val_examples:
+            distinct.setdefault(ex.question, [answer_to_class(ex.answer), 0])[1] += 1
+        val_texts = list(distinct)
+        val_states = PrefixStates.build(run.cache_dir, backbone, val_texts, "base-val")
+        val_y = torch.tensor([distinct[t][0] for t in val_texts])
+        val_w = torch.tensor([distinct[t][1] for t in val_texts], dtype=torch.float)
+        train_y = torch.tensor([answer_to_class(ex.answer) for ex in subset])
+        classifier = Classifier(Classifier.Config(backbone.hidden_size, NUM_CLASSES)).to(run.device)
+        # Only these switch to training mode (dropout) and are checkpointed; the prefix stays frozen.
+        trainable = nn.ModuleDict({"top": backbone.top_layers, "classifier": classifier})
+
+        def batch_loss(idx: torch.Tensor) -> torch.Tensor:
+            with backbone.autocast():
+                logits = classifier(backbone(*train_states.batch(idx, run.device)))
+            return F.cross_entropy(logits.float(), train_y[idx].to(run.device))
+
+        def val_loss() -> float:
+            total = 0.0
+            for first in range(0, len(val_texts), 512):
+                idx = torch.arange(first, min(first + 512, len(val_texts)))
+                with backbone.autocast():
+                    logits = classifier(backbone(*val_states.batch(idx, run.device)))
+                losses = F.cross_entropy(logits.float(), val_y[idx].to(run.device), reduction="none")
+                total += (losses.cpu() * val_w[idx]).sum().item()
+            return total / val_w.sum().item()
+
+        result = fit(trainable, batch_loss, len(subset), val_loss, run.config.train_config("base"),
+                     seed=run.config.seed, checkpoint_dir=clf_dir, desc="base", log=run.log)
+        backbone.eval()
+        meta = _meta(run, classifier, "classifier", None, result)
+        meta.backbone_fingerprint = backbone.fingerprint()
+        run.__dict__.pop("fingerprint", None)  # the tuned top changed the features
+        save_module(top_dir, backbone.top_state_dict(), ModuleMeta(
+            kind="backbone_top", backbone_fingerprint=meta.backbone_fingerprint, seed=run.config.seed,
+            data_hash=meta.data_hash, metrics=meta.metrics,
+            config={"source_fingerprint": backbone.source_fingerprint, "source_path": str(backbone.path),
+                    "split_at": backbone.split_at, "pooling": backbone.config.pooling, "dim": backbone.hidden_size}))
+        save_module(clf_dir, classifier.cpu(), meta)
+        Checkpoint(clf_dir).remove()
+        return {"epochs": result.epochs, "best_epoch": result.best_epoch, "best_val_loss": result.best_val_loss,
+                "base_examples": len(subset)}
+
+    return _timed(run, "base", work)
+
+
+# ---- stages on cached features --------------------------------------------------------------------
+
+def _domain_rows(labels: torch.Tensor, domain: int) -> torch.Tensor:
+    return (labels == domain).nonzero(as_tuple=True)[0]
+
+
+def _ce_alone(classifier: Classifier):
+    return lambda expert, h, y: F.cross_entropy(expert.alone_logits(h, classifier), y)
+
+
+@STAGES.register("experts")
+def stage_experts(run: Run, domains: list[int] | None = None, kinds: tuple[str, ...] = EXPERT_KINDS) -> dict:
+    """Each expert sees only its own range's examples and nothing of the other experts."""
+    def work() -> dict:
+        classifier = load_classifier(run).requires_grad_(False)
+        h, y, d = run.split_tensors("train")
+        vh, vy, vd = run.split_tensors("val")
+        dim = run.backbone.hidden_size
+        done = {}
+        for kind in kinds:
+            for domain in (domains if domains is not None else range(NUM_DOMAINS)):
+                tr, va = _domain_rows(d, domain), _domain_rows(vd, domain)
+                cls = MODULES[kind]
+                config = cls.Config(dim=dim, rank=run.config.expert_rank or dim // 4) if kind == "residual" \
+                    else cls.Config(dim=dim, num_classes=NUM_CLASSES)
+                torch.manual_seed(run.config.seed * 1000 + domain)
+                done[f"{kind}/{SHORT_NAMES[domain]}"] = _train_on_features(
+                    run, "experts", run.module_dir("experts", kind, SHORT_NAMES[domain]), cls(config),
+                    _ce_alone(classifier), (h[tr], y[tr]), (vh[va], vy[va]), kind, domain, seed_offset=domain)
+        return done
+
+    return _timed(run, "experts", work)
+
+
+@STAGES.register("heads")
+def stage_heads(run: Run, domains: list[int] | None = None) -> dict:
+    """Full per-range heads for the baselines, and the global head on all of train."""
+    def work() -> dict:
+        h, y, d = run.split_tensors("train")
+        vh, vy, vd = run.split_tensors("val")
+        config = MODULES["head"].Config(dim=run.backbone.hidden_size, num_classes=NUM_CLASSES)
+        ce = lambda head, x, t: F.cross_entropy(head(x), t)  # noqa: E731
+        done = {}
+        for domain in (domains if domains is not None else range(NUM_DOMAINS)):
+            tr, va = _domain_rows(d, domain), _domain_rows(vd, domain)
+            torch.manual_seed(run.config.seed * 1000 + 100 + domain)
+            done[SHORT_NAMES[domain]] = _train_on_features(
+                run, "heads", run.module_dir("heads", SHORT_NAMES[domain]), MODULES["head"](config), ce,
+                (h[tr], y[tr]), (vh[va], vy[va]), "head", domain, seed_offset=100 + domain)
+        if domains is None:
+            torch.manual_seed(run.config.seed * 1000 + 200)
+            done["global_full"] = _train_on_features(run, "heads", run.module_dir("heads", "global_full"),
+                                                     MODULES["head"](config), ce, (h, y), (vh, vy), "head", None, 200)
+        return done
+
+    return _timed(run, "heads", work)
+
+
+@STAGES.register("router")
+def stage_router(run: Run) -> dict:
+    """RED's router: trained after the experts are frozen, supervised on the range label."""
+    def work() -> dict:
+        h, _, d = run.split_tensors("train")
+        vh, _, vd = run.split_tensors("val")
+        torch.manual_seed(run.config.seed * 1000 + 300)
+        router = Router(Router.Config(dim=run.backbone.hidden_size, num_experts=NUM_DOMAINS))
+        ce = lambda r, x, t: F.cross_entropy(r(x), t)  # noqa: E731
+        return _train_on_features(run, "router", run.module_dir("router"), router, ce, (h, d), (vh, vd), "router", None, 300)
+
+    return _timed(run, "router", work)
+
+
+def load_heads(run: Run) -> list[nn.Module]:
+    heads = []
+    for name in SHORT_NAMES:
+        path = run.module_dir("heads", name)
+        if not module_exists(path):
+            raise RedkitError(f"{path}: missing; run stage heads first")
+        heads.append(load_module(path, run.fingerprint, run.backbone.hidden_size)[0].to(run.device))
+    return heads
+
+
+@STAGES.register("gate")
+def stage_gate(run: Run) -> dict:
+    """Classical MoE: a gate trained on the task loss of Σ α_i softmax(E_i(h)), experts frozen."""
+    def work() -> dict:
+        heads = [head.requires_grad_(False) for head in load_heads(run)]
+        h, y, _ = run.split_tensors("train")
+        vh, vy, _ = run.split_tensors("val")
+        torch.manual_seed(run.config.seed * 1000 + 400)
+        gate = Router(Router.Config(dim=run.backbone.hidden_size, num_experts=NUM_DOMAINS))
+
+        def mixture_nll(g: nn.Module, x: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
+            log_alpha = F.log_softmax(g(x), dim=-1)  # (B, K)
+            log_p = torch.stack([F.log_softmax(head(x), dim=-1) for head in heads], dim=1)  # (B, K, C)
+            return F.nll_loss(torch.logsumexp(log_alpha.unsqueeze(-1) + log_p, dim=1), t)
+
+        return _train_on_features(run, "gate", run.module_dir("gate"), gate, mixture_nll, (h, y), (vh, vy), "router", None, 400)
+
+    return _timed(run, "gate", work)
+
+
+PIPELINE = ("base", "experts", "heads", "router", "gate")

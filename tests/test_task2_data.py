@@ -1,0 +1,168 @@
+"""Task 2, operation-expert and decomposer data: distributions, balance, splits, templates, programs."""
+
+import itertools
+import json
+import random
+import re
+from collections import Counter
+from fractions import Fraction
+
+import pytest
+
+from redkit.data.chains import ChainConfig, chain_space
+from redkit.data.expression import Expression
+from redkit.data.generate import HELDOUT, SPLITS, DataConfig, generate, write_dataset
+from redkit.data.phrasing import HELDOUT_STYLES, STYLES, TRAIN_STYLES
+from redkit.data.records import read_jsonl
+from redkit.data.vocabulary import NUM_DOMAINS, RANGES
+from redkit.programs import execute, parse_program, step_question
+
+
+@pytest.fixture(scope="module")
+def task2():
+    return generate(DataConfig(task="task2", n=5000))
+
+
+@pytest.fixture(scope="module")
+def decomposer():
+    return generate(DataConfig(task="decomposer", n=2000))
+
+
+def _all(datasets):
+    return [ex for split in SPLITS for ex in datasets[split]]
+
+
+def _skeleton(text: str) -> str:
+    return re.sub(r"\d+", "{n}", text)
+
+
+def _expression(structure: str) -> Expression:
+    tokens = re.findall(r"\d+|[-+*]", structure)
+    return Expression(tuple(map(int, tokens[::2])), tuple(tokens[1::2]))
+
+
+def test_paper_phrasings_are_training_styles():
+    texts = {STYLES[name]((12, 5, 9), ("-", "+")) for name in TRAIN_STYLES}
+    assert {"What is 12 minus 5 plus 9?", "Compute 12 minus 5, then add 9.",
+            "If you subtract 5 from 12 and add 9, what do you get?"} <= texts
+
+
+def test_heldout_styles_never_phrase_a_chain_like_a_training_style():
+    for num_ops in (1, 2, 3, 4):
+        for operators in itertools.product("+-*", repeat=num_ops):
+            operands = tuple(range(11, 12 + num_ops))
+            train = {_skeleton(STYLES[name](operands, operators)) for name in TRAIN_STYLES}
+            heldout = {_skeleton(STYLES[name](operands, operators)) for name in HELDOUT_STYLES}
+            assert len(train) == len(TRAIN_STYLES) and len(heldout) == len(HELDOUT_STYLES)
+            assert not train & heldout
+
+
+def test_task2_operand_counts_follow_50_30_20(task2):
+    counts = Counter(ex.num_ops + 1 for ex in _all(task2))
+    total = sum(counts.values())
+    for operands, share in {2: 0.5, 3: 0.3, 4: 0.2}.items():
+        assert abs(counts[operands] / total - share) < 0.03, counts
+
+
+def test_task2_records_are_valid_chains_whose_programs_give_the_answer(task2):
+    for ex in _all(task2) + task2[HELDOUT]:
+        expr = _expression(ex.structure)
+        assert all(2 <= x <= 50 for x in expr.operands) and set(expr.operators) <= {"+", "-"}
+        assert expr.value == ex.answer and RANGES[ex.label][0] <= ex.answer <= RANGES[ex.label][1]
+        # Task 2 constrains only the final value: intermediates may leave 2..100, so execute unchecked
+        assert execute(parse_program(ex.program), value_range=None).answer == ex.answer
+
+
+@pytest.mark.parametrize("name", ["task2", "decomposer"])
+def test_every_split_is_balanced_over_ranges(name, task2, decomposer):
+    datasets = {"task2": task2, "decomposer": decomposer}[name]
+    for split, examples in datasets.items():
+        counts = Counter(ex.label for ex in examples)
+        assert len(counts) == NUM_DOMAINS and max(counts.values()) - min(counts.values()) <= 1, (split, counts)
+
+
+@pytest.mark.parametrize("name", ["task2", "decomposer"])
+def test_structure_split_is_disjoint_and_heldout_templates_are_unseen(name, task2, decomposer):
+    datasets = {"task2": task2, "decomposer": decomposer}[name]
+    structures = {split: {ex.structure for ex in datasets[split]} for split in SPLITS}
+    for a, b in itertools.combinations(SPLITS, 2):
+        assert not structures[a] & structures[b], (a, b)
+    train_phrasings = {_skeleton(ex.question) for ex in datasets["train"]}
+    assert not train_phrasings & {_skeleton(ex.question) for ex in datasets[HELDOUT]}
+    assert sorted(ex.structure for ex in datasets[HELDOUT]) == sorted(ex.structure for ex in datasets["test"])
+    assert {ex.template.split("/")[0] for ex in datasets[HELDOUT]} == {"heldout"}
+
+
+def test_decomposer_programs_stay_in_vocabulary_at_every_step(decomposer):
+    counts = Counter(ex.num_ops for ex in _all(decomposer))
+    for steps, share in {2: 0.2, 3: 0.4, 4: 0.4}.items():
+        assert abs(counts[steps] / len(_all(decomposer)) - share) < 0.04, counts
+    for ex in _all(decomposer) + decomposer[HELDOUT]:
+        program = parse_program(ex.program)
+        answer, values = execute(program)  # checks every step value against 2..100
+        assert answer == ex.answer and program.num_steps == ex.num_ops
+        assert all(2 <= x <= 50 for x in _expression(ex.structure).operands)
+
+
+def test_decomposer_writes_the_papers_fields_and_reads_back(tmp_path, decomposer):
+    config = DataConfig(task="decomposer", n=2000)
+    write_dataset(tmp_path, decomposer, config)
+    row = json.loads((tmp_path / "train.jsonl").read_text().splitlines()[0])
+    assert list(row)[:7] == ["id", "expr", "answer", "label", "domain", "num_steps", "program"]
+    assert read_jsonl(tmp_path / "train.jsonl") == decomposer["train"]
+
+
+def test_decomposer_times_puts_times_only_where_precedence_cannot_matter():
+    examples = _all(generate(DataConfig(task="decomposer_times", n=1000)))
+    with_times = [ex for ex in examples if "*" in ex.structure]
+    assert with_times
+    for ex in with_times:
+        assert re.fullmatch(r"\d+(\*\d+)+([-+]\d+)*", ex.structure), ex.structure  # no * after + or -
+        assert execute(parse_program(ex.program)).answer == ex.answer
+
+
+@pytest.mark.parametrize("op, operation, left, right", [
+    ("+", "add", (2, 98), (2, 50)), ("-", "sub", (4, 150), (2, 50)), ("*", "mul", (2, 50), (2, 50))])
+def test_operation_data(op, operation, left, right):
+    datasets = generate(DataConfig(task=f"op_{operation}", n=1000))
+    for ex in _all(datasets) + datasets[HELDOUT]:
+        (a, b), (got_op,) = (expr := _expression(ex.structure)).operands, expr.operators
+        assert got_op == op and ex.operation == operation and ex.answer == expr.value
+        assert left[0] <= a <= left[1] and right[0] <= b <= right[1]
+        if ex.template == "train/0":  # the "chain" style: exactly what the executor asks per step
+            assert ex.question == step_question(a, op, b)
+    assert set(Counter(ex.label for ex in datasets["train"]).values()) == {160}
+
+
+def test_chain_space_counts_and_draws_exactly_the_valid_chains():
+    config = ChainConfig(num_ops=((2, 1.0),), operators=("+", "-", "*"), first_operand=(2, 6), operand=(2, 4),
+                         intermediate=(2, 20))
+    valid = set()  # by brute force: every * comes first or after another *, every value in 2..20
+    for a in range(2, 7):
+        for o1, b, o2, c in itertools.product("+-*", range(2, 5), "+-*", range(2, 5)):
+            x1 = Expression((a, b), (o1,)).value
+            expr = Expression((a, b, c), (o1, o2))
+            if 2 <= x1 <= 20 and 2 <= expr.value <= 20 and not (o2 == "*" and o1 != "*"):
+                valid.add(expr)
+    space = chain_space(config, 2, (2, 20))
+    assert sum(space.ways[0].values()) == len(valid)
+    rng = random.Random(0)
+    assert {space.sample(rng) for _ in range(30 * len(valid))} == valid
+    assert {_probability(space, expr) for expr in valid} == {Fraction(1, len(valid))}  # exactly uniform
+
+
+def _probability(space, expr: Expression) -> Fraction:
+    """The exact probability that space.sample draws `expr`: the product of its picks' weights."""
+    p, state = Fraction(1), None
+    for i, x in enumerate(expr.operands):
+        moves, cumulative = space._table(i - 1, state)
+        j = next(j for j, (op, y, _) in enumerate(moves) if y == x and (i == 0 or op == expr.operators[i - 1]))
+        p *= Fraction(cumulative[j] - (cumulative[j - 1] if j else 0), cumulative[-1])
+        state = moves[j][2]
+    return p
+
+
+def test_generation_is_deterministic_in_the_seed():
+    first, again = (generate(DataConfig(task="task2", n=300, seed=3)) for _ in range(2))
+    assert first == again
+    assert first != generate(DataConfig(task="task2", n=300, seed=4))
