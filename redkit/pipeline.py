@@ -4,10 +4,13 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 
+import torch
+
 from redkit.atomic import write_json
 from redkit.compositions import COMPOSITIONS, ModuleSet
 from redkit.data.generate import HELDOUT
 from redkit.data.records import read_jsonl
+from redkit.data.vocabulary import answer_to_class
 from redkit.evaluate import evaluate_compositions, routing_accuracy
 from redkit.provenance import provenance
 from redkit.report import write_report
@@ -20,9 +23,6 @@ EVAL_SPLITS = ("test", HELDOUT, "val")
 def evaluate_file(run: Run, modules: ModuleSet, path: Path, names: list[str]) -> dict:
     """Every composition on any JSONL file the loader reads (evaluation only, never training)."""
     examples = read_jsonl(path)
-    import torch
-
-    from redkit.data.vocabulary import answer_to_class
     h = run.features(f"file-{path.stem}", examples)
     classes = torch.tensor([answer_to_class(ex.answer) for ex in examples])
     labels = torch.tensor([ex.label for ex in examples])

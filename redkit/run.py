@@ -12,7 +12,7 @@
 import json
 import random
 import time
-from dataclasses import asdict, dataclass, field, fields, is_dataclass
+from dataclasses import asdict, dataclass, field, fields
 from functools import cached_property
 from pathlib import Path
 
@@ -33,7 +33,7 @@ from redkit.train.loop import TrainConfig
 # 2-core CPU: stage base fine-tunes two transformer layers, the rest train small modules on cached
 # features, from scratch, where lr 1e-4 would need far more than 60 epochs.
 DEFAULT_STAGE_OVERRIDES = {
-    "base": {"lr": 3e-4, "max_epochs": 12},
+    "base": {"lr": 4e-4, "head_lr": 4e-3, "max_epochs": 12},
     "experts": {"lr": 1e-3},
     "heads": {"lr": 1e-3},
     "router": {"lr": 1e-3},
@@ -184,6 +184,3 @@ class Run:
         return (self.features(name, examples), torch.tensor([answer_to_class(ex.answer) for ex in examples]),
                 torch.tensor([ex.label for ex in examples]))
 
-
-def asdict_deep(obj) -> dict:
-    return asdict(obj) if is_dataclass(obj) else dict(obj)

@@ -13,7 +13,7 @@ Each split holds exactly the same number of examples per range. A fourth file,
 import hashlib
 import random
 from collections import Counter
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from redkit.atomic import write_json, write_jsonl
@@ -107,7 +107,7 @@ def generate(config: DataConfig) -> dict[str, list[Example]]:
         rng.shuffle(datasets[split])
     next_id = 0
     for split, examples in datasets.items():
-        datasets[split] = [Example(**{**asdict(ex), "id": next_id + i}) for i, ex in enumerate(examples)]
+        datasets[split] = [replace(ex, id=next_id + i) for i, ex in enumerate(examples)]
         next_id += len(examples)
     return datasets
 

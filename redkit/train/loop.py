@@ -30,6 +30,7 @@ class TrainConfig:
     max_epochs: int = 60
     patience: int = 3  # epochs without a better validation loss before stopping
     weight_decay: float = 0.01
+    head_lr: float | None = None  # a separate rate for parameters the stage marks as a fresh head
     min_delta: float = 1e-4  # a validation loss must beat the best by this much to count
 
 
@@ -84,10 +85,17 @@ class Checkpoint:
 
 def fit(model: nn.Module, batch_loss: Callable[[torch.Tensor], torch.Tensor], num_train: int,
         val_loss: Callable[[], float], config: TrainConfig, seed: int, checkpoint_dir: Path | None = None,
-        desc: str = "train", log: Callable[[dict], None] | None = None) -> FitResult:
-    """Train the parameters of `model` that require grad; on return `model` holds its best state."""
+        desc: str = "train", log: Callable[[dict], None] | None = None, head: nn.Module | None = None) -> FitResult:
+    """Train the parameters of `model` that require grad; on return `model` holds its best state.
+
+    `head`, a fresh sub-module of `model` (e.g. a new classifier on a pretrained body), gets
+    `config.head_lr` when that is set: pretrained weights want small steps, a new head larger ones."""
+    head_ids = {id(p) for p in head.parameters()} if head is not None and config.head_lr else set()
     params = [p for p in model.parameters() if p.requires_grad]
-    optimizer = torch.optim.AdamW(params, lr=config.lr, weight_decay=config.weight_decay)
+    groups = [{"params": [p for p in params if id(p) not in head_ids], "lr": config.lr}]
+    if head_ids:
+        groups.append({"params": [p for p in params if id(p) in head_ids], "lr": config.head_lr})
+    optimizer = torch.optim.AdamW(groups, lr=config.lr, weight_decay=config.weight_decay)
     accumulate = max(1, config.virtual_batch_size // config.batch_size)
     checkpoint = Checkpoint(checkpoint_dir) if checkpoint_dir else None
     best_state = copy.deepcopy(model.state_dict())

@@ -111,7 +111,7 @@ def stage_base(run: Run) -> dict:
             return total / val_w.sum().item()
 
         result = fit(trainable, batch_loss, len(subset), val_loss, run.config.train_config("base"),
-                     seed=run.config.seed, checkpoint_dir=clf_dir, desc="base", log=run.log)
+                     seed=run.config.seed, checkpoint_dir=clf_dir, desc="base", log=run.log, head=classifier)
         backbone.eval()
         meta = _meta(run, classifier, "classifier", None, result)
         meta.backbone_fingerprint = backbone.fingerprint()

@@ -1,0 +1,27 @@
+# Two entry points, each creating (once) and reusing the local virtual environment .venv:
+#   make demo   reproduce Task 1 at full scale on the embedded backbone (about 10 minutes on 2 CPU cores)
+#   make test   run the test suite
+VENV ?= .venv
+PYTHON ?= python3
+# A CPU build of torch where one is at hand; override, e.g. `make TORCH=torch==2.13.0+cu126 ...`.
+TORCH ?= torch==2.13.0
+BIN := $(VENV)/bin
+EXTERNAL := ../shared/external/red-original/add_operands_2_50.jsonl
+EVAL_EXTERNAL := $(if $(wildcard $(EXTERNAL)),--eval $(EXTERNAL))
+
+.PHONY: demo test clean-runs
+
+$(BIN)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet "$(TORCH)"
+	$(BIN)/python -m pip install --quiet -e ".[dev]"
+	touch $@
+
+demo: $(BIN)/.installed
+	$(BIN)/redkit reproduce task1 --out runs/task1 $(EVAL_EXTERNAL)
+
+test: $(BIN)/.installed
+	$(BIN)/python -m pytest
+
+clean-runs:
+	rm -rf runs

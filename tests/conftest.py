@@ -1,0 +1,46 @@
+"""Shared fixtures: one tiny trained run per test session, and a helper that runs the real CLI.
+
+Progress bars are switched off for the whole session *before* tqdm or transformers are imported:
+they write to stderr, and the CLI tests check that an error is exactly one line on stderr. On a
+terminal the bars (leave=False) erase themselves; in a captured stream they would be noise.
+"""
+
+import os
+
+os.environ.setdefault("TQDM_DISABLE", "1")  # read by tqdm when it is imported
+os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")  # transformers' "Loading weights" bar
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+
+from pathlib import Path  # noqa: E402
+
+import pytest  # noqa: E402
+
+TINY_RUN_ARGS = ("--n", "400", "--max-epochs", "1")
+
+
+def run_cli(argv: list[str], capsys: pytest.CaptureFixture) -> tuple[int, str, str]:
+    """`redkit ARGV` in this process -> (exit code, stdout, stderr). argparse's own exits (bad
+    flags) come back as their exit code; any other exception propagates and fails the test."""
+    from redkit.cli import main
+
+    capsys.readouterr()  # drop whatever earlier code printed
+    try:
+        code = main([str(a) for a in argv])
+    except SystemExit as exit_:  # argparse
+        code = exit_.code if isinstance(exit_.code, int) else 1
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+@pytest.fixture(scope="session")
+def tiny_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A complete trained task1 run (400 examples, one epoch per stage, embedded backbone), built
+    once per session with the real CLI. Tests must not modify it: copy it (shutil.copytree) first."""
+    from redkit.cli import main
+
+    out = tmp_path_factory.mktemp("tiny_run") / "run"
+    code = main(["reproduce", "task1", *TINY_RUN_ARGS, "--out", str(out)])
+    assert code == 0, f"building the tiny run failed with exit code {code}"
+    assert (out / "results.json").is_file() and (out / "modules" / "router" / "config.json").is_file()
+    return out
