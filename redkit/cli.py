@@ -98,12 +98,16 @@ def cmd_data(args) -> None:
 
 
 def cmd_reproduce(args) -> None:
+    from redkit.backbone.locate import check_model_dir
     from redkit.pipeline import reproduce
 
     if args.benchmark not in ("task1",):
         raise RedkitError(f"unknown benchmark {args.benchmark!r} (available: task1)")
     out = args.out or Path("runs") / (args.benchmark + ("" if args.split == "structure" else f"-{args.split}"))
-    reproduce(out, _run_config(args, args.benchmark), tuple(args.eval_files))
+    config = _run_config(args, args.benchmark)
+    if config.backbone.path:  # refuse a bad path before anything is written
+        check_model_dir(Path(config.backbone.path))
+    reproduce(out, config, tuple(args.eval_files))
 
 
 def _domains(names: list[str] | None) -> list[int] | None:
@@ -150,15 +154,17 @@ def cmd_eval(args) -> None:
 def cmd_predict(args) -> None:
     import torch
 
-    from redkit.compositions import ModuleSet, compose
+    from redkit.compositions import COMPOSITIONS, ModuleSet, compose
     from redkit.data.vocabulary import SHORT_NAMES, class_to_answer, domain_of
     from redkit.features import encode
     from redkit.run import Run
 
+    COMPOSITIONS[args.composition]  # an unknown name fails before any work
     run = Run(args.run)
     modules = ModuleSet(run)
     h = encode(run.backbone, [args.question]).to(run.device)
-    alpha_router = torch.softmax(modules.router()(h), dim=-1)[0]
+    with torch.no_grad():
+        alpha_router = torch.softmax(modules.router()(h), dim=-1)[0]
     composed = compose(args.composition, modules, h, alpha_router.argmax().unsqueeze(0))
     answer = class_to_answer(int(composed.probs[0].argmax()))
     print(f"answer: {answer}  (range {SHORT_NAMES[domain_of(answer)]}, p = {composed.probs[0].max():.3f}, composition {args.composition})")

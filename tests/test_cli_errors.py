@@ -108,8 +108,6 @@ def test_eval_unknown_composition(tiny_run, capsys):
     assert sorted(p.name for p in (tiny_run / "cache").iterdir()) == before, "failed only after computing features"
 
 
-@pytest.mark.xfail(strict=True, raises=RuntimeError,
-                   reason="bug: cli.cmd_predict crashes on the router before it looks the composition up")
 def test_predict_unknown_composition(tiny_run, capsys):
     message = expect_error(["predict", "--run", tiny_run, "What is 12 plus 27?", "--composition", "moee"], capsys)
     assert "unknown composition 'moee'" in message and "did you mean 'moe'?" in message
@@ -162,8 +160,6 @@ def test_reproduce_with_a_backbone_that_is_not_a_model(tmp_path, capsys, case):
     assert str(named) in message and what in message
 
 
-@pytest.mark.xfail(strict=True, reason="bug: reproduce writes <out>/config.json and generates all the data before "
-                                       "checking --backbone, so the corrected rerun into the same --out is refused")
 def test_a_bad_backbone_leaves_no_run_behind(tmp_path, capsys):
     named, _ = _backbone_dirs(tmp_path)["empty"]
     out = tmp_path / "out"
@@ -173,8 +169,6 @@ def test_a_bad_backbone_leaves_no_run_behind(tmp_path, capsys):
 
 # ---- a damaged run directory ---------------------------------------------------------------------------
 
-@pytest.mark.xfail(strict=True, raises=json.JSONDecodeError,
-                   reason="bug: run.Run.__init__ lets a corrupt <run>/config.json raise JSONDecodeError")
 def test_eval_run_with_corrupt_config(run_copy, capsys):
     (run_copy / "config.json").write_text("{not json")
     message = expect_error(["eval", "--run", run_copy, "--data", run_copy / "data" / "test.jsonl"], capsys)
@@ -210,9 +204,6 @@ def test_eval_one_composition(tiny_run, capsys):
     assert names == ["red_oracle"]
 
 
-@pytest.mark.xfail(strict=True, raises=RuntimeError,
-                   reason="bug: cli.cmd_predict calls the router on inference-mode features outside no_grad "
-                          "('Inference tensors cannot be saved for backward')")
 @pytest.mark.parametrize("composition", [None, "global_10pct"])
 def test_predict_prints_answer_and_expert_weights(tiny_run, capsys, composition):
     argv = ["predict", "--run", tiny_run, "What is 12 plus 27?"]

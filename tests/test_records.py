@@ -214,8 +214,6 @@ def test_a_directory_is_not_a_data_file(tmp_path):
     assert str(tmp_path) in error_of(tmp_path)
 
 
-@pytest.mark.xfail(strict=True, raises=UnicodeDecodeError,
-                   reason="bug: records.read_jsonl lets UnicodeDecodeError escape instead of a RedkitError")
 def test_bytes_that_are_not_utf8(tmp_path):
     path = tmp_path / "latin1.jsonl"
     path.write_bytes(json.dumps(GOOD).encode() + b'\n{"question": "caf\xe9?", "answer": 5}\n')
@@ -223,8 +221,6 @@ def test_bytes_that_are_not_utf8(tmp_path):
     assert f"{path}:2" in message
 
 
-@pytest.mark.xfail(strict=True, raises=ValueError,
-                   reason="bug: records._int_field passes '--5' and '\u00b2' to int(), which raises ValueError")
 @pytest.mark.parametrize("answer", ["--5", "\u00b2"])
 def test_odd_digit_strings_are_user_errors(tmp_path, answer):
     path = write_lines(tmp_path / "odd.jsonl", [{"question": "q?", "answer": answer}])

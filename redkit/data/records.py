@@ -8,6 +8,7 @@ line raises one `RedkitError` naming the file, the line and the field.
 """
 
 import json
+import re
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -46,7 +47,7 @@ def _int_field(value: Any, where: str, field: str) -> int:
         return value
     if isinstance(value, float) and value.is_integer():
         return int(value)
-    if isinstance(value, str) and value.strip().lstrip("-").isdigit():
+    if isinstance(value, str) and re.fullmatch(r"[+-]?\d+", value.strip(), re.ASCII):
         return int(value.strip())
     raise RedkitError(f"{where}: field '{field}' must be an integer, got {value!r}")
 
@@ -93,11 +94,15 @@ def read_jsonl(path: str | Path) -> list[Example]:
     if not path.is_file():
         raise RedkitError(f"{path}: no such data file")
     examples = []
-    with path.open(encoding="utf-8") as f:
-        for line_no, line in enumerate(f, start=1):
+    with path.open("rb") as f:
+        for line_no, raw in enumerate(f, start=1):
+            where = f"{path}:{line_no}"
+            try:
+                line = raw.decode("utf-8-sig" if line_no == 1 else "utf-8")
+            except UnicodeDecodeError:
+                raise RedkitError(f"{where}: not UTF-8 text") from None
             if not line.strip():
                 continue
-            where = f"{path}:{line_no}"
             try:
                 obj = json.loads(line)
             except json.JSONDecodeError as err:
