@@ -169,7 +169,7 @@ def cmd_predict(args) -> None:
     answer = class_to_answer(int(composed.probs[0].argmax()))
     print(f"answer: {answer}  (range {SHORT_NAMES[domain_of(answer)]}, p = {composed.probs[0].max():.3f}, composition {args.composition})")
     weights = composed.weights[0] if composed.weights is not None else alpha_router
-    print("expert weights: " + "  ".join(f"{name} {w:.3f}" for name, w in zip(SHORT_NAMES, weights.tolist())))
+    print("expert weights: " + "  ".join(f"{name} {w:.3f}" for name, w in zip(run.space.domains, weights.tolist())))
 
 
 COMMANDS = {"data": cmd_data, "reproduce": cmd_reproduce, "train": cmd_train, "eval": cmd_eval, "predict": cmd_predict}

@@ -20,7 +20,6 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from redkit.data.vocabulary import NUM_DOMAINS, SHORT_NAMES
 from redkit.modules.store import load_module
 from redkit.registry import Registry
 
@@ -45,17 +44,17 @@ class ModuleSet:
         key = "/".join(parts)
         if key not in self._loaded:
             run = self.run
-            self._loaded[key] = load_module(run.module_dir(*parts), run.fingerprint, run.backbone.hidden_size)[0].to(run.device)
+            self._loaded[key] = load_module(run.module_dir(*parts), run.fingerprint, run.feature_dim)[0].to(run.device)
         return self._loaded[key]
 
     def classifier(self) -> nn.Module:
         return self._load("classifier")
 
     def experts(self, kind: str) -> list[nn.Module]:
-        return [self._load("experts", kind, name) for name in SHORT_NAMES]
+        return [self._load("experts", kind, name) for name in self.run.space.domains]
 
     def heads(self) -> list[nn.Module]:
-        return [self._load("heads", name) for name in SHORT_NAMES]
+        return [self._load("heads", name) for name in self.run.space.domains]
 
     def global_head(self) -> nn.Module:
         return self._load("heads", "global_full")
@@ -70,12 +69,13 @@ class ModuleSet:
 COMPOSITIONS: Registry[Callable[[ModuleSet, torch.Tensor, torch.Tensor], Composed]] = Registry("composition")
 
 
-def _one_hot(labels: torch.Tensor) -> torch.Tensor:
-    return F.one_hot(labels, NUM_DOMAINS).float()
+def _one_hot(modules: "ModuleSet", labels: torch.Tensor) -> torch.Tensor:
+    return F.one_hot(labels, modules.run.space.num_domains).float()
 
 
-def _uniform(h: torch.Tensor) -> torch.Tensor:
-    return torch.full((h.shape[0], NUM_DOMAINS), 1.0 / NUM_DOMAINS, device=h.device)
+def _uniform(modules: "ModuleSet", h: torch.Tensor) -> torch.Tensor:
+    k = modules.run.space.num_domains
+    return torch.full((h.shape[0], k), 1.0 / k, device=h.device)
 
 
 def _mix_heads(heads: list[nn.Module], h: torch.Tensor, alpha: torch.Tensor) -> torch.Tensor:
@@ -103,8 +103,8 @@ def _router_alpha(modules: ModuleSet, h: torch.Tensor, labels: torch.Tensor) -> 
 
 COMPOSITIONS.register("global_10pct")(lambda m, h, y: Composed(F.softmax(m.classifier()(h), dim=-1), None))
 COMPOSITIONS.register("global_full")(lambda m, h, y: Composed(F.softmax(m.global_head()(h), dim=-1), None))
-COMPOSITIONS.register("oracle")(lambda m, h, y: Composed(_mix_heads(m.heads(), h, _one_hot(y)), _one_hot(y)))
-COMPOSITIONS.register("uniform")(lambda m, h, y: Composed(_mix_heads(m.heads(), h, _uniform(h)), _uniform(h)))
+COMPOSITIONS.register("oracle")(lambda m, h, y: Composed(_mix_heads(m.heads(), h, _one_hot(m, y)), _one_hot(m, y)))
+COMPOSITIONS.register("uniform")(lambda m, h, y: Composed(_mix_heads(m.heads(), h, _uniform(m, h)), _uniform(m, h)))
 
 
 @COMPOSITIONS.register("moe")
@@ -114,8 +114,8 @@ def moe(modules: ModuleSet, h: torch.Tensor, labels: torch.Tensor) -> Composed:
 
 
 COMPOSITIONS.register("red")(_red(_router_alpha))
-COMPOSITIONS.register("red_oracle")(_red(lambda m, h, y: _one_hot(y)))
-COMPOSITIONS.register("red_uniform")(_red(lambda m, h, y: _uniform(h)))
+COMPOSITIONS.register("red_oracle")(_red(lambda m, h, y: _one_hot(m, y)))
+COMPOSITIONS.register("red_uniform")(_red(lambda m, h, y: _uniform(m, h)))
 
 
 @COMPOSITIONS.register("red_logits")

@@ -7,6 +7,8 @@
 - accuracy and F1 per range, and accuracy at the answers either side of a range boundary.
 """
 
+from typing import Callable
+
 import numpy as np
 import torch
 from sklearn.metrics import f1_score
@@ -46,17 +48,19 @@ def prediction_metrics(pred_classes: np.ndarray, true_classes: np.ndarray) -> di
 
 
 def evaluate_compositions(modules: ModuleSet, h: torch.Tensor, classes: torch.Tensor, labels: torch.Tensor,
-                          names: list[str]) -> dict[str, dict]:
-    """{composition: metrics} on one set of features; also the mean expert weights per true range."""
+                          names: list[str], metrics: Callable[[np.ndarray, np.ndarray], dict] = prediction_metrics) -> dict[str, dict]:
+    """{composition: metrics(pred classes, true classes)} on one set of features, with the mean
+    expert weights per true domain where the composition has weights."""
     h, labels = h.to(modules.run.device), labels.to(modules.run.device)
+    domains = modules.run.space.domains
     results = {}
     for name in names:
         composed = compose(name, modules, h, labels)
-        result = prediction_metrics(composed.probs.argmax(dim=-1).cpu().numpy(), classes.numpy())
+        result = metrics(composed.probs.argmax(dim=-1).cpu().numpy(), classes.numpy())
         if composed.weights is not None:
-            weights = composed.weights.cpu()
-            result["mean_weights_by_range"] = {SHORT_NAMES[k]: weights[labels.cpu() == k].mean(dim=0).tolist()
-                                               for k in range(len(SHORT_NAMES)) if (labels.cpu() == k).any()}
+            weights, true = composed.weights.cpu(), labels.cpu()
+            result["mean_weights_by_domain"] = {domains[k]: weights[true == k].mean(dim=0).tolist()
+                                                for k in range(len(domains)) if (true == k).any()}
         results[name] = result
     return results
 

@@ -41,10 +41,10 @@ def _figure_per_range(directory: Path, split_results: dict) -> str:
 
 
 def _figure_weights(directory: Path, split_results: dict) -> str:
-    panels = [n for n in ("red", "moe") if "mean_weights_by_range" in split_results.get(n, {})]
+    panels = [n for n in ("red", "moe") if "mean_weights_by_domain" in split_results.get(n, {})]
     fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 3.6), squeeze=False)
     for ax, name in zip(axes[0], panels):
-        weights = split_results[name]["mean_weights_by_range"]
+        weights = split_results[name]["mean_weights_by_domain"]
         matrix = [weights[r] for r in SHORT_NAMES if r in weights]
         image = ax.imshow(matrix, vmin=0, vmax=1, cmap="viridis")
         ax.set_xticks(range(len(SHORT_NAMES)), [f"E{k + 1}" for k in range(len(SHORT_NAMES))])

@@ -12,7 +12,7 @@
 import json
 import random
 import time
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields, is_dataclass
 from functools import cached_property
 from pathlib import Path
 
@@ -22,10 +22,11 @@ from redkit.atomic import write_json
 from redkit.backbone import Backbone, BackboneConfig
 from redkit.data.generate import HELDOUT, SPLITS, DataConfig, generate, write_dataset
 from redkit.data.records import Example, read_jsonl
-from redkit.data.vocabulary import NUM_DOMAINS, answer_to_class
+from redkit.data.vocabulary import answer_to_class
 from redkit.errors import RedkitError
-from redkit.features import cached_features
+from redkit.features import cached_features, text_hash
 from redkit.modules.store import load_state, module_exists
+from redkit.space import ANSWER_RANGES, LabelSpace
 from redkit.train.loop import TrainConfig
 
 # Learning rates and epoch caps per stage, on top of TrainConfig's defaults (lr 1e-4, batch 16,
@@ -44,12 +45,10 @@ DEFAULT_STAGE_OVERRIDES = {
 
 
 @dataclass
-class RunConfig:
-    task: str = "task1"
+class StagedConfig:
+    """What every staged run has: a seed, a device, expert width and per-stage training settings."""
+
     seed: int = 0
-    data: DataConfig = field(default_factory=DataConfig)
-    backbone: BackboneConfig = field(default_factory=BackboneConfig)
-    base_fraction: float = 0.1  # of train, label-balanced, for stage base (the paper's weak global head)
     expert_rank: int = 0  # r of the residual experts; 0 = d // 4
     device: str = "cpu"
     train: TrainConfig = field(default_factory=TrainConfig)
@@ -59,16 +58,24 @@ class RunConfig:
         return TrainConfig(**(asdict(self.train) | self.stage_overrides.get(stage, {})))
 
     @classmethod
-    def from_dict(cls, raw: dict) -> "RunConfig":
-        nested = {"data": DataConfig, "backbone": BackboneConfig, "train": TrainConfig}
+    def from_dict(cls, raw: dict) -> "StagedConfig":
+        """The inverse of asdict: nested dataclasses rebuilt, JSON lists back to tuples."""
         kwargs = {}
         for f in fields(cls):
             if f.name in raw:
                 value = raw[f.name]
-                if f.name in nested:
-                    value = nested[f.name](**{k: (tuple(v) if isinstance(v, list) else v) for k, v in value.items()})
+                if is_dataclass(f.type):
+                    value = f.type(**{k: (tuple(v) if isinstance(v, list) else v) for k, v in value.items()})
                 kwargs[f.name] = value
         return cls(**kwargs)
+
+
+@dataclass
+class RunConfig(StagedConfig):
+    task: str = "task1"
+    data: DataConfig = field(default_factory=DataConfig)
+    backbone: BackboneConfig = field(default_factory=BackboneConfig)
+    base_fraction: float = 0.1  # of train, label-balanced, for stage base (the paper's weak global head)
 
 
 def _first_difference(a: dict, b: dict, prefix: str = "") -> str | None:
@@ -84,13 +91,20 @@ def _first_difference(a: dict, b: dict, prefix: str = "") -> str | None:
 
 
 class Run:
-    def __init__(self, directory: str | Path, config: RunConfig | None = None):
+    """A text-task run. Stages on features need only: `space`, `feature_dim`, `fingerprint`,
+    `data_hash`, `split_tensors`, `module_dir`, `config`, `device`, `log` and `add_time`; other
+    benchmarks (digits) subclass it and replace where features come from."""
+
+    config_class: type[StagedConfig] = RunConfig
+    space: LabelSpace = ANSWER_RANGES
+
+    def __init__(self, directory: str | Path, config: StagedConfig | None = None):
         """Open (or create) a run. A new config must match the one the run was made with."""
         self.dir = Path(directory)
         saved = self.dir / "config.json"
         if saved.is_file():
             try:
-                existing = RunConfig.from_dict(json.loads(saved.read_text()))
+                existing = self.config_class.from_dict(json.loads(saved.read_text()))
             except (json.JSONDecodeError, TypeError, UnicodeDecodeError) as err:
                 raise RedkitError(f"{saved}: not a redkit run config ({err})") from None
             if config is not None:
@@ -146,10 +160,10 @@ class Run:
         if path.is_file():
             return json.loads(path.read_text())
         train = self.splits["train"]
-        per_domain = round(len(train) * self.config.base_fraction) // NUM_DOMAINS
+        per_domain = round(len(train) * self.config.base_fraction) // self.space.num_domains
         rng = random.Random(self.config.seed)
         chosen = []
-        for label in range(NUM_DOMAINS):
+        for label in range(self.space.num_domains):
             pool = [i for i, ex in enumerate(train) if ex.label == label]
             if len(pool) < per_domain:
                 raise RedkitError(f"train has {len(pool)} examples of range {label}, fewer than the {per_domain} stage base needs")
@@ -175,7 +189,16 @@ class Run:
 
     @cached_property
     def fingerprint(self) -> str:
+        """Of the features modules are trained on: the tuned backbone's."""
         return self.backbone.fingerprint()
+
+    @property
+    def feature_dim(self) -> int:
+        return self.backbone.hidden_size
+
+    @cached_property
+    def data_hash(self) -> str:
+        return text_hash([ex.question for ex in self.splits["train"]])
 
     def features(self, name: str, examples: list[Example]) -> torch.Tensor:
         """(N, d) pooled features of `examples` with the tuned backbone (cached)."""

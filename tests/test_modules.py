@@ -6,10 +6,13 @@ import json
 import pytest
 import torch
 
+from types import SimpleNamespace
+
 from redkit.compositions import COMPOSITIONS
 from redkit.errors import RedkitError
 from redkit.modules import Classifier, LogitExpert, ResidualExpert, Router
 from redkit.modules.store import ModuleMeta, load_module, save_module
+from redkit.space import ANSWER_RANGES
 
 D, C = 32, 99
 
@@ -33,6 +36,8 @@ def test_trained_expert_does_change_something():
 
 class FakeModules:
     """A ModuleSet stand-in with random modules, to test compositions without a run."""
+
+    run = SimpleNamespace(space=ANSWER_RANGES)
 
     def __init__(self):
         torch.manual_seed(1)

@@ -16,9 +16,9 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from redkit.data.vocabulary import NUM_CLASSES, NUM_DOMAINS, SHORT_NAMES, answer_to_class
+from redkit.data.vocabulary import answer_to_class
 from redkit.errors import RedkitError
-from redkit.features import PrefixStates, text_hash
+from redkit.features import PrefixStates
 from redkit.modules.layers import MODULES, Classifier, Router
 from redkit.modules.store import ModuleMeta, load_module, module_exists, save_module
 from redkit.registry import Registry
@@ -41,7 +41,7 @@ def _timed(run: Run, stage: str, work: Callable[[], dict]) -> dict:
 def _meta(run: Run, module: nn.Module, kind: str, domain: int | None, result: FitResult) -> ModuleMeta:
     return ModuleMeta(kind=kind, config=vars(module.config) if hasattr(module, "config") else {},
                       backbone_fingerprint=run.fingerprint,
-                      data_hash=text_hash([ex.question for ex in run.splits["train"]]), seed=run.config.seed,
+                      data_hash=run.data_hash, seed=run.config.seed,
                       domain=domain, metrics={"best_val_loss": result.best_val_loss, "epochs": result.epochs,
                                               "best_epoch": result.best_epoch, "seconds": result.seconds})
 
@@ -65,7 +65,7 @@ def _train_on_features(run: Run, stage: str, directory, module: nn.Module, loss_
 
 
 def load_classifier(run: Run) -> Classifier:
-    return load_module(run.module_dir("classifier"), run.fingerprint, run.backbone.hidden_size)[0].to(run.device)
+    return load_module(run.module_dir("classifier"), run.fingerprint, run.feature_dim)[0].to(run.device)
 
 
 # ---- stage base ---------------------------------------------------------------------------------
@@ -91,7 +91,7 @@ def stage_base(run: Run) -> dict:
         val_y = torch.tensor([distinct[t][0] for t in val_texts])
         val_w = torch.tensor([distinct[t][1] for t in val_texts], dtype=torch.float)
         train_y = torch.tensor([answer_to_class(ex.answer) for ex in subset])
-        classifier = Classifier(Classifier.Config(backbone.hidden_size, NUM_CLASSES)).to(run.device)
+        classifier = Classifier(Classifier.Config(backbone.hidden_size, run.space.num_classes)).to(run.device)
         # Only these switch to training mode (dropout) and are checkpointed; the prefix stays frozen.
         trainable = nn.ModuleDict({"top": backbone.top_layers, "classifier": classifier})
 
@@ -146,17 +146,17 @@ def stage_experts(run: Run, domains: list[int] | None = None, kinds: tuple[str, 
         classifier = load_classifier(run).requires_grad_(False)
         h, y, d = run.split_tensors("train")
         vh, vy, vd = run.split_tensors("val")
-        dim = run.backbone.hidden_size
+        dim, space = run.feature_dim, run.space
         done = {}
         for kind in kinds:
-            for domain in (domains if domains is not None else range(NUM_DOMAINS)):
+            for domain in (domains if domains is not None else range(space.num_domains)):
                 tr, va = _domain_rows(d, domain), _domain_rows(vd, domain)
                 cls = MODULES[kind]
                 config = cls.Config(dim=dim, rank=run.config.expert_rank or dim // 4) if kind == "residual" \
-                    else cls.Config(dim=dim, num_classes=NUM_CLASSES)
+                    else cls.Config(dim=dim, num_classes=space.num_classes)
                 torch.manual_seed(run.config.seed * 1000 + domain)
-                done[f"{kind}/{SHORT_NAMES[domain]}"] = _train_on_features(
-                    run, "experts", run.module_dir("experts", kind, SHORT_NAMES[domain]), cls(config),
+                done[f"{kind}/{space.domains[domain]}"] = _train_on_features(
+                    run, "experts", run.module_dir("experts", kind, space.domains[domain]), cls(config),
                     _ce_alone(classifier), (h[tr], y[tr]), (vh[va], vy[va]), kind, domain, seed_offset=domain)
         return done
 
@@ -169,14 +169,15 @@ def stage_heads(run: Run, domains: list[int] | None = None) -> dict:
     def work() -> dict:
         h, y, d = run.split_tensors("train")
         vh, vy, vd = run.split_tensors("val")
-        config = MODULES["head"].Config(dim=run.backbone.hidden_size, num_classes=NUM_CLASSES)
+        space = run.space
+        config = MODULES["head"].Config(dim=run.feature_dim, num_classes=space.num_classes)
         ce = lambda head, x, t: F.cross_entropy(head(x), t)  # noqa: E731
         done = {}
-        for domain in (domains if domains is not None else range(NUM_DOMAINS)):
+        for domain in (domains if domains is not None else range(space.num_domains)):
             tr, va = _domain_rows(d, domain), _domain_rows(vd, domain)
             torch.manual_seed(run.config.seed * 1000 + 100 + domain)
-            done[SHORT_NAMES[domain]] = _train_on_features(
-                run, "heads", run.module_dir("heads", SHORT_NAMES[domain]), MODULES["head"](config), ce,
+            done[space.domains[domain]] = _train_on_features(
+                run, "heads", run.module_dir("heads", space.domains[domain]), MODULES["head"](config), ce,
                 (h[tr], y[tr]), (vh[va], vy[va]), "head", domain, seed_offset=100 + domain)
         if domains is None:
             torch.manual_seed(run.config.seed * 1000 + 200)
@@ -194,7 +195,7 @@ def stage_router(run: Run) -> dict:
         h, _, d = run.split_tensors("train")
         vh, _, vd = run.split_tensors("val")
         torch.manual_seed(run.config.seed * 1000 + 300)
-        router = Router(Router.Config(dim=run.backbone.hidden_size, num_experts=NUM_DOMAINS))
+        router = Router(Router.Config(dim=run.feature_dim, num_experts=run.space.num_domains))
         ce = lambda r, x, t: F.cross_entropy(r(x), t)  # noqa: E731
         return _train_on_features(run, "router", run.module_dir("router"), router, ce, (h, d), (vh, vd), "router", None, 300)
 
@@ -203,11 +204,11 @@ def stage_router(run: Run) -> dict:
 
 def load_heads(run: Run) -> list[nn.Module]:
     heads = []
-    for name in SHORT_NAMES:
+    for name in run.space.domains:
         path = run.module_dir("heads", name)
         if not module_exists(path):
             raise RedkitError(f"{path}: missing; run stage heads first")
-        heads.append(load_module(path, run.fingerprint, run.backbone.hidden_size)[0].to(run.device))
+        heads.append(load_module(path, run.fingerprint, run.feature_dim)[0].to(run.device))
     return heads
 
 
@@ -219,7 +220,7 @@ def stage_gate(run: Run) -> dict:
         h, y, _ = run.split_tensors("train")
         vh, vy, _ = run.split_tensors("val")
         torch.manual_seed(run.config.seed * 1000 + 400)
-        gate = Router(Router.Config(dim=run.backbone.hidden_size, num_experts=NUM_DOMAINS))
+        gate = Router(Router.Config(dim=run.feature_dim, num_experts=run.space.num_domains))
 
         def mixture_nll(g: nn.Module, x: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
             log_alpha = F.log_softmax(g(x), dim=-1)  # (B, K)
