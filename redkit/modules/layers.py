@@ -69,46 +69,24 @@ class ResidualExpert(nn.Module):
         return classifier(h + self(h))
 
 
-@dataclass
-class HeadConfig:
-    dim: int
-    num_classes: int
-
-
 @MODULES.register("logit")
-class LogitExpert(nn.Module):
-    """The original code's expert: logits = C(h) + W h. Zero-initialised, like the residual one."""
+class LogitExpert(Classifier):
+    """The original code's expert: logits = C(h) + W h, a correction in logit space (B, C).
+    Zero-initialised, like the residual one, so that an untrained expert changes nothing."""
 
-    Config = HeadConfig
-
-    def __init__(self, config: HeadConfig):
-        super().__init__()
-        self.config = config
-        self.linear = nn.Linear(config.dim, config.num_classes)
+    def __init__(self, config: ClassifierConfig):
+        super().__init__(config)
         nn.init.zeros_(self.linear.weight)
         nn.init.zeros_(self.linear.bias)
-
-    def forward(self, h: torch.Tensor) -> torch.Tensor:  # (B, d) -> Δz (B, C)
-        return self.linear(h)
 
     def alone_logits(self, h: torch.Tensor, classifier: Classifier) -> torch.Tensor:
         return classifier(h) + self(h)
 
 
 @MODULES.register("head")
-class HeadExpert(nn.Module):
+class HeadExpert(Classifier):
     """A full classifier of its own, E_i(h): the oracle / uniform / MoE baselines' expert, and the
     global head trained on all the data."""
-
-    Config = HeadConfig
-
-    def __init__(self, config: HeadConfig):
-        super().__init__()
-        self.config = config
-        self.linear = nn.Linear(config.dim, config.num_classes)
-
-    def forward(self, h: torch.Tensor) -> torch.Tensor:  # (B, d) -> (B, C)
-        return self.linear(h)
 
     def alone_logits(self, h: torch.Tensor, classifier: Classifier | None = None) -> torch.Tensor:
         return self(h)
