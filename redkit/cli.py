@@ -2,6 +2,8 @@
 
     redkit data task1 --out DIR [--n 80000] [--seed S] [--split structure|random]
     redkit reproduce task1 [--split ...] [--backbone PATH] [--out runs/task1] [--eval FILE ...]
+    redkit reproduce digits [--run red|moe|all] [--data_dir MNIST_DIR] [--save_dir runs/digits] [...]
+    redkit reproduce toy [--out runs/toy] [--seed S]
     redkit train STAGE --run DIR [--domain R3] [--kind residual]     (one stage, e.g. one expert)
     redkit eval --run DIR --data FILE.jsonl [--composition NAME]
     redkit predict --run DIR "What is 12 plus 27?"
@@ -13,6 +15,7 @@ import sys
 from pathlib import Path
 
 from redkit.errors import RedkitError
+from redkit.registry import Registry
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # nothing is ever downloaded
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
@@ -42,12 +45,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--split", choices=("structure", "random"), default="structure")
 
-    p = sub.add_parser("reproduce", help="run a benchmark end to end and print its tables")
-    p.add_argument("benchmark", help="task1")
-    p.add_argument("--out", type=Path, default=None, help="run directory (default runs/<benchmark>[-random])")
-    p.add_argument("--eval", dest="eval_files", action="append", type=Path, default=[],
-                   help="also evaluate on this JSONL file (repeatable; never trained on)")
-    _add_run_options(p)
+    p = sub.add_parser("reproduce", help="run a benchmark end to end and print its tables",
+                       description="Run a benchmark end to end. `redkit reproduce BENCHMARK --help` lists its flags.")
+    p.add_argument("benchmark", help=" | ".join(BENCHMARKS))
+    p.add_argument("options", nargs=argparse.REMAINDER, help="the benchmark's own flags")
 
     p = sub.add_parser("train", help="run one stage of an existing run (e.g. one expert, in its own process)")
     p.add_argument("stage", help="base | experts | heads | router | gate")
@@ -97,17 +98,104 @@ def cmd_data(args) -> None:
     print(f"wrote {args.out}")
 
 
-def cmd_reproduce(args) -> None:
+# ---- reproduce: one entry per benchmark, each with its own flags ------------------------------------
+
+def _task1_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--out", type=Path, default=None, help="run directory (default runs/task1[-random])")
+    p.add_argument("--eval", dest="eval_files", action="append", type=Path, default=[],
+                   help="also evaluate on this JSONL file (repeatable; never trained on)")
+    _add_run_options(p)
+
+
+def cmd_reproduce_task1(args) -> None:
     from redkit.backbone.locate import check_model_dir
     from redkit.pipeline import reproduce
 
-    if args.benchmark not in ("task1",):
-        raise RedkitError(f"unknown benchmark {args.benchmark!r} (available: task1)")
-    out = args.out or Path("runs") / (args.benchmark + ("" if args.split == "structure" else f"-{args.split}"))
-    config = _run_config(args, args.benchmark)
+    out = args.out or Path("runs") / ("task1" + ("" if args.split == "structure" else f"-{args.split}"))
+    config = _run_config(args, "task1")
     if config.backbone.path:  # refuse a bad path before anything is written
         check_model_dir(Path(config.backbone.path))
     reproduce(out, config, tuple(args.eval_files))
+
+
+def _flag(p: argparse.ArgumentParser, name: str, **kwargs) -> None:
+    """`--name_with_underscores` as the original code spells it, and `--name-with-dashes` as redkit does."""
+    dashed = name.replace("_", "-")
+    p.add_argument(f"--{name}", *([f"--{dashed}"] if dashed != name else []), **kwargs)
+
+
+def _digits_options(p: argparse.ArgumentParser) -> None:
+    from redkit.digits import RUN_MODES
+    from redkit.digits.config import STAGE_NAMES
+
+    _flag(p, "run", choices=tuple(RUN_MODES), default="all",
+          help="red: base, experts, router; moe: base, heads, gate; all: every stage and composition")
+    _flag(p, "data_dir", type=Path, default=None, help="the four MNIST IDX files, raw or .gz (default: scikit-learn's 8x8 digits)")
+    _flag(p, "save_dir", type=Path, default=Path("runs/digits"))
+    _flag(p, "device", default="cpu", help="cpu, cuda, cuda:1, ...")
+    _flag(p, "seed", type=int, default=0)
+    _flag(p, "val_ratio", type=float, default=0.1, help="of the training images, for early stopping")
+    _flag(p, "base_ratio", type=float, default=0.1, help="of the training split, for stage base")
+    _flag(p, "hidden", type=int, default=128, help="the MLP backbone's width d")
+    _flag(p, "rank", type=int, default=0, help="residual expert rank (default d/4)")
+    _flag(p, "batch_size", type=int, default=None, help="micro-batch of every stage (default: per stage)")
+    _flag(p, "virtual_batch_size", type=int, default=None, help="gradient-accumulation batch of every stage")
+    _flag(p, "patience", type=int, default=None, help="epochs without a better val loss before stopping (default 10)")
+    _flag(p, "max_epochs", type=int, default=None, help="cap every stage's epochs")
+    for stage in STAGE_NAMES:
+        _flag(p, f"max_epochs_{stage}", type=int, default=None, help=f"cap stage {stage}'s epochs")
+
+
+def _digits_config(args):
+    from redkit.digits import DigitsConfig
+    from redkit.digits.backbone import MLPBackboneConfig
+    from redkit.digits.config import STAGE_NAMES
+
+    config = DigitsConfig(seed=args.seed, device=args.device, expert_rank=args.rank,
+                          data_dir=str(args.data_dir.resolve()) if args.data_dir else None,
+                          val_ratio=args.val_ratio, base_ratio=args.base_ratio, backbone=MLPBackboneConfig(hidden=args.hidden))
+    for flag in ("batch_size", "virtual_batch_size", "max_epochs"):
+        if getattr(args, flag) is not None:
+            config.set_for_stages(**{flag: getattr(args, flag)})
+    for stage in STAGE_NAMES:
+        if getattr(args, f"max_epochs_{stage}") is not None:
+            config.set_for_stages((stage,), max_epochs=getattr(args, f"max_epochs_{stage}"))
+    if args.patience is not None:
+        config.train.patience = args.patience
+    return config
+
+
+def cmd_reproduce_digits(args) -> None:
+    from redkit.digits import reproduce_digits
+
+    config = _digits_config(args)
+    if args.data_dir is not None and not args.data_dir.is_dir():  # refuse a bad path before anything is written
+        raise RedkitError(f"MNIST directory not found: {args.data_dir}")
+    reproduce_digits(args.save_dir, config, args.run)
+
+
+def _toy_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--out", type=Path, default=Path("runs/toy"), help="where toy_results.json, toy_report.md and the figure go")
+    p.add_argument("--seed", type=int, default=0)
+
+
+def cmd_reproduce_toy(args) -> None:
+    from redkit.toy import ToyConfig, format_tables, reproduce_toy
+
+    print(format_tables(reproduce_toy(args.out, ToyConfig(seed=args.seed))))
+
+
+BENCHMARKS: Registry[tuple] = Registry("benchmark")  # name -> (add its flags to a parser, run it)
+BENCHMARKS.register("task1")((_task1_options, cmd_reproduce_task1))
+BENCHMARKS.register("digits")((_digits_options, cmd_reproduce_digits))
+BENCHMARKS.register("toy")((_toy_options, cmd_reproduce_toy))
+
+
+def cmd_reproduce(args) -> None:
+    add_options, run = BENCHMARKS[args.benchmark]
+    parser = argparse.ArgumentParser(prog=f"redkit reproduce {args.benchmark}")
+    add_options(parser)
+    run(parser.parse_args(args.options))
 
 
 def _domains(names: list[str] | None) -> list[int] | None:

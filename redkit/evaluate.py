@@ -5,13 +5,17 @@
 - macro-F1 over the classes with support in the evaluated subset (scikit-learn), and the paper's
   per-range F1 over all 99 classes (≈0.2 at best, since a range holds ~20 of them) beside it;
 - accuracy and F1 per range, and accuracy at the answers either side of a range boundary.
+
+`classification_metrics` is the general-purpose counterpart for benchmarks whose classes are few
+and each belongs to one domain (the digits: 10 classes, 5 label pairs): precision, recall and F1
+per class, their macro and weighted means, and the confusion matrix, overall and per domain.
 """
 
-from typing import Callable
+from typing import Callable, Sequence
 
 import numpy as np
 import torch
-from sklearn.metrics import f1_score
+from sklearn.metrics import confusion_matrix, f1_score, precision_recall_fscore_support
 
 from redkit.compositions import ModuleSet, compose
 from redkit.data.vocabulary import BOUNDARY_ANSWERS, NUM_CLASSES, RANGES, SHORT_NAMES, class_to_answer
@@ -45,6 +49,40 @@ def prediction_metrics(pred_classes: np.ndarray, true_classes: np.ndarray) -> di
         if rows.any():
             out["boundary"][str(answer)] = {"n": int(rows.sum()), "accuracy": float((pred_answers[rows] == answer).mean())}
     return out
+
+
+def _scores(pred: np.ndarray, true: np.ndarray, num_classes: int) -> dict:
+    """Accuracy, macro / weighted P-R-F1 over the classes with support here (DESIGN decision 5),
+    per-class scores of those classes, and the full (C, C) confusion matrix (rows true, columns
+    predicted), so that matrices of different subsets add up."""
+    present = np.unique(true)
+    out = {"n": int(len(true)), "accuracy": float((pred == true).mean()) if len(true) else 0.0}
+    for average in ("macro", "weighted"):
+        p, r, f, _ = precision_recall_fscore_support(true, pred, labels=present, average=average, zero_division=0)
+        out |= {f"{average}_precision": float(p), f"{average}_recall": float(r), f"{average}_f1": float(f)}
+    p, r, f, support = precision_recall_fscore_support(true, pred, labels=present, average=None, zero_division=0)
+    out["per_class"] = {str(c): {"precision": float(p[i]), "recall": float(r[i]), "f1": float(f[i]), "support": int(support[i])}
+                        for i, c in enumerate(present)}
+    out["confusion_matrix"] = confusion_matrix(true, pred, labels=np.arange(num_classes)).tolist()
+    return out
+
+
+def classification_metrics(pred: np.ndarray, true: np.ndarray, domain_of_class: Sequence[str]) -> dict:
+    """{"overall": scores, "per_domain": {domain: scores}} of predicted vs true classes (N,).
+
+    `domain_of_class[c]` names the domain of class c (its length is the number of classes C); a
+    domain's subset is the examples whose *true* class is in it, and `domain_accuracy` says how
+    often the predicted class at least falls in the true class's domain (a routing-level hit)."""
+    domain_of = np.asarray(domain_of_class)
+    num_classes = len(domain_of)
+    overall = _scores(pred, true, num_classes) | {"domain_accuracy": float((domain_of[pred] == domain_of[true]).mean())}
+    per_domain = {}
+    for domain in dict.fromkeys(domain_of_class):  # in class order, each once
+        rows = domain_of[true] == domain
+        if rows.any():
+            per_domain[domain] = _scores(pred[rows], true[rows], num_classes) | {
+                "domain_accuracy": float((domain_of[pred[rows]] == domain).mean())}
+    return {"overall": overall, "per_domain": per_domain}
 
 
 def evaluate_compositions(modules: ModuleSet, h: torch.Tensor, classes: torch.Tensor, labels: torch.Tensor,

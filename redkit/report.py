@@ -20,7 +20,7 @@ def _f(x: float) -> str:
     return f"{x:.4f}"
 
 
-def _table(header: list[str], rows: list[list[str]]) -> str:
+def markdown_table(header: list[str], rows: list[list[str]]) -> str:
     lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
     return "\n".join(lines + ["| " + " | ".join(row) + " |" for row in rows])
 
@@ -70,31 +70,31 @@ def render_report(results: dict, figures: dict[str, str] | None = None) -> str:
     split_kind = results["config"]["data"]["split"]
     out = [f"# {results['task']}: results ({split_kind} split, seed {results['seed']})", ""]
     out += ["## Overall performance (test; cf. §4.6.1)", "",
-            _table(["Method", "Accuracy", "Range accuracy", "Macro-F1"],
+            markdown_table(["Method", "Accuracy", "Range accuracy", "Macro-F1"],
                    [[LABELS.get(n, n), _f(m["accuracy"]), _f(m["range_accuracy"]), _f(m["macro_f1"])] for n, m in test.items()]), ""]
     out += ["## Accuracy by range (test; cf. §4.6.2)", "",
-            _table(["Method", *SHORT_NAMES], [[LABELS.get(n, n), *(_f(m["per_range"][r]["accuracy"]) for r in SHORT_NAMES if r in m["per_range"])]
+            markdown_table(["Method", *SHORT_NAMES], [[LABELS.get(n, n), *(_f(m["per_range"][r]["accuracy"]) for r in SHORT_NAMES if r in m["per_range"])]
                                                for n, m in test.items()]), ""]
     out += ["## Macro-F1 by range (test; cf. §4.6.3)", "",
             "Over the classes with support in the range; in brackets the paper's F1 over all 99 classes.", "",
-            _table(["Method", *SHORT_NAMES], [[LABELS.get(n, n), *(f"{_f(m['per_range'][r]['macro_f1'])} ({m['per_range'][r]['macro_f1_99']:.3f})"
+            markdown_table(["Method", *SHORT_NAMES], [[LABELS.get(n, n), *(f"{_f(m['per_range'][r]['macro_f1'])} ({m['per_range'][r]['macro_f1_99']:.3f})"
                                                                     for r in SHORT_NAMES if r in m["per_range"])] for n, m in test.items()]), ""]
     out += ["## Router reliability (cf. §4.6.4)", "",
-            _table(["Split", "RED router accuracy", "Router macro-F1", "MoE gate top-1 = range"],
+            markdown_table(["Split", "RED router accuracy", "Router macro-F1", "MoE gate top-1 = range"],
                    [[s, _f(r["accuracy"]), _f(r["macro_f1"]), _f(results["gate"][s]["accuracy"])] for s, r in results["router"].items()]), ""]
     boundary_names = [b for b in map(str, BOUNDARY_ANSWERS) if b in test["red"]["boundary"]]
     out += ["## Accuracy at range boundaries (test; cf. §4.6.5)", "",
-            _table(["Method", *boundary_names], [[LABELS.get(n, n), *(_f(m["boundary"][b]["accuracy"]) for b in boundary_names)]
+            markdown_table(["Method", *boundary_names], [[LABELS.get(n, n), *(_f(m["boundary"][b]["accuracy"]) for b in boundary_names)]
                                                  for n, m in test.items()]), ""]
     other = {f"{s} split": r for s, r in results["splits"].items() if s != "test"} | results.get("external", {})
     if other:
         out += ["## Other evaluation sets (exact accuracy)", "",
-                _table(["Method", *other], [[LABELS.get(n, n), *(_f(other[k][n]["accuracy"]) for k in other)] for n in test]), ""]
+                markdown_table(["Method", *other], [[LABELS.get(n, n), *(_f(other[k][n]["accuracy"]) for k in other)] for n in test]), ""]
     if figures:
         out += ["## Figures", ""] + [f"![{name}]({path})" for name, path in figures.items()] + [""]
     times = results.get("wall_seconds_per_stage", {})
     if times:
-        out += ["## Wall time per stage (seconds)", "", _table(list(times), [[f"{t:.1f}" for t in times.values()]]), ""]
+        out += ["## Wall time per stage (seconds)", "", markdown_table(list(times), [[f"{t:.1f}" for t in times.values()]]), ""]
     prov = results.get("provenance", {})
     if prov:
         out += [f"redkit {prov.get('redkit')} · commit {prov.get('git_commit')} · "

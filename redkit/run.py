@@ -59,7 +59,12 @@ class StagedConfig:
 
     @classmethod
     def from_dict(cls, raw: dict) -> "StagedConfig":
-        """The inverse of asdict: nested dataclasses rebuilt, JSON lists back to tuples."""
+        """The inverse of asdict: nested dataclasses rebuilt, JSON lists back to tuples. Settings
+        this class lacks are refused: they mean another benchmark's run (a digits run opened as a
+        Task 1 run would otherwise silently get Task 1's defaults)."""
+        unknown = sorted(set(raw) - {f.name for f in fields(cls)})
+        if unknown:
+            raise TypeError(f"settings {', '.join(unknown)} are not {cls.__name__}'s; is it another benchmark's run?")
         kwargs = {}
         for f in fields(cls):
             if f.name in raw:

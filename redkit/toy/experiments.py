@@ -18,10 +18,9 @@ reach the same minimiser y = 0.5 x1 + 0.5 x2.
 """
 
 import time
-from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Callable
 
 import numpy as np
 import torch
@@ -30,6 +29,7 @@ from tqdm import tqdm
 
 from redkit.atomic import write_json, write_text
 from redkit.errors import RedkitError
+from redkit.threads import one_thread
 from redkit.toy.data import COLUMNS, INTERVALS, Grid, accuracy_by_column, full_grid
 from redkit.toy.models import MLP, BasePlusResiduals, OutputAverage, Scaled, average_parameters, linear_expert, seeded
 from redkit.toy.report import format_tables, plot_true_vs_pred
@@ -151,17 +151,6 @@ EXPERIMENTS = (experiment_a, experiment_b, experiment_c)
 MODULES_TRAINED = 3 * len(INTERVALS) + 1  # five experts per experiment, plus C's base
 
 
-@contextmanager
-def _one_thread() -> Iterator[None]:
-    """The toy models are tiny: thread hand-offs cost more than the arithmetic, so run on one."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
-
-
 def _evaluate(experiment: Experiment, grid: Grid) -> tuple[dict[str, dict[str, float]], dict[str, np.ndarray]]:
     """Per setting: accuracy per column, and 200 * y_hat on every pair (for the figure)."""
     accuracy, predictions = {}, {}
@@ -186,7 +175,7 @@ def reproduce_toy(out_dir: Path, config: ToyConfig = ToyConfig(), progress: bool
         "experiments": {},
     }
     predictions = {}
-    with _one_thread(), tqdm(total=MODULES_TRAINED, desc="toy: training", unit="module", disable=not progress) as bar:
+    with one_thread(), tqdm(total=MODULES_TRAINED, desc="toy: training", unit="module", disable=not progress) as bar:
         for run in EXPERIMENTS:
             experiment = run(grid, config, bar)
             accuracy, predictions[experiment.key] = _evaluate(experiment, grid)

@@ -23,13 +23,14 @@ from redkit.modules.layers import MODULES, Classifier, Router
 from redkit.modules.store import ModuleMeta, load_module, module_exists, save_module
 from redkit.registry import Registry
 from redkit.run import Run
+from redkit.threads import one_thread
 from redkit.train.loop import Checkpoint, FitResult, fit
 
 STAGES: Registry[Callable] = Registry("stage")
 EXPERT_KINDS = ("residual", "logit")
 
 
-def _timed(run: Run, stage: str, work: Callable[[], dict]) -> dict:
+def timed(run: Run, stage: str, work: Callable[[], dict]) -> dict:
     start = time.perf_counter()
     summary = work()
     seconds = time.perf_counter() - start
@@ -55,10 +56,11 @@ def _train_on_features(run: Run, stage: str, directory, module: nn.Module, loss_
     module.to(run.device)
     train = tuple(t.to(run.device) for t in train)
     val = tuple(t.to(run.device) for t in val)
-    result = fit(module, lambda idx: loss_fn(module, *(t[idx] for t in train)), len(train[0]),
-                 lambda: loss_fn(module, *val).item(), run.config.train_config(stage),
-                 seed=run.config.seed + seed_offset, checkpoint_dir=directory, desc=f"{stage} {directory.name}",
-                 log=run.log)
+    with one_thread():  # small modules: thread hand-offs cost more than their arithmetic
+        result = fit(module, lambda idx: loss_fn(module, *(t[idx] for t in train)), len(train[0]),
+                     lambda: loss_fn(module, *val).item(), run.config.train_config(stage),
+                     seed=run.config.seed + seed_offset, checkpoint_dir=directory, desc=f"{stage} {directory.name}",
+                     log=run.log)
     save_module(directory, module.cpu(), _meta(run, module, kind, domain, result))
     Checkpoint(directory).remove()
     return {"module": str(directory), "epochs": result.epochs, "best_val_loss": result.best_val_loss}
@@ -126,7 +128,7 @@ def stage_base(run: Run) -> dict:
         return {"epochs": result.epochs, "best_epoch": result.best_epoch, "best_val_loss": result.best_val_loss,
                 "base_examples": len(subset)}
 
-    return _timed(run, "base", work)
+    return timed(run, "base", work)
 
 
 # ---- stages on cached features --------------------------------------------------------------------
@@ -160,7 +162,7 @@ def stage_experts(run: Run, domains: list[int] | None = None, kinds: tuple[str, 
                     _ce_alone(classifier), (h[tr], y[tr]), (vh[va], vy[va]), kind, domain, seed_offset=domain)
         return done
 
-    return _timed(run, "experts", work)
+    return timed(run, "experts", work)
 
 
 @STAGES.register("heads")
@@ -185,7 +187,7 @@ def stage_heads(run: Run, domains: list[int] | None = None) -> dict:
                                                      MODULES["head"](config), ce, (h, y), (vh, vy), "head", None, 200)
         return done
 
-    return _timed(run, "heads", work)
+    return timed(run, "heads", work)
 
 
 @STAGES.register("router")
@@ -199,7 +201,7 @@ def stage_router(run: Run) -> dict:
         ce = lambda r, x, t: F.cross_entropy(r(x), t)  # noqa: E731
         return _train_on_features(run, "router", run.module_dir("router"), router, ce, (h, d), (vh, vd), "router", None, 300)
 
-    return _timed(run, "router", work)
+    return timed(run, "router", work)
 
 
 def load_heads(run: Run) -> list[nn.Module]:
@@ -229,7 +231,7 @@ def stage_gate(run: Run) -> dict:
 
         return _train_on_features(run, "gate", run.module_dir("gate"), gate, mixture_nll, (h, y), (vh, vy), "router", None, 400)
 
-    return _timed(run, "gate", work)
+    return timed(run, "gate", work)
 
 
 PIPELINE = ("base", "experts", "heads", "router", "gate")
