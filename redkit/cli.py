@@ -1,7 +1,7 @@
 """`redkit` command line. Errors a user can cause print one line and exit with code 2.
 
     redkit data task1 --out DIR [--n 80000] [--seed S] [--split structure|random]
-    redkit reproduce task1 [--split ...] [--backbone PATH] [--out runs/task1] [--eval FILE ...]
+    redkit reproduce task1|task2 [--split ...] [--backbone PATH] [--out runs/task1] [--eval FILE ...]
     redkit reproduce digits [--run red|moe|all] [--data_dir MNIST_DIR] [--save_dir runs/digits] [...]
     redkit reproduce toy [--out runs/toy] [--seed S]
     redkit train STAGE --run DIR [--domain R3] [--kind residual]     (one stage, e.g. one expert)
@@ -100,22 +100,26 @@ def cmd_data(args) -> None:
 
 # ---- reproduce: one entry per benchmark, each with its own flags ------------------------------------
 
-def _task1_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--out", type=Path, default=None, help="run directory (default runs/task1[-random])")
+def _text_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--out", type=Path, default=None, help="run directory (default runs/<task>[-random])")
     p.add_argument("--eval", dest="eval_files", action="append", type=Path, default=[],
                    help="also evaluate on this JSONL file (repeatable; never trained on)")
     _add_run_options(p)
 
 
-def cmd_reproduce_task1(args) -> None:
-    from redkit.backbone.locate import check_model_dir
-    from redkit.pipeline import reproduce
+def _text_benchmark(task: str) -> tuple:
+    """Task 1 and Task 2 share one pipeline: data -> base -> experts -> heads -> router -> gate."""
+    def run(args) -> None:
+        from redkit.backbone.locate import check_model_dir
+        from redkit.pipeline import reproduce
 
-    out = args.out or Path("runs") / ("task1" + ("" if args.split == "structure" else f"-{args.split}"))
-    config = _run_config(args, "task1")
-    if config.backbone.path:  # refuse a bad path before anything is written
-        check_model_dir(Path(config.backbone.path))
-    reproduce(out, config, tuple(args.eval_files))
+        out = args.out or Path("runs") / (task + ("" if args.split == "structure" else f"-{args.split}"))
+        config = _run_config(args, task)
+        if config.backbone.path:  # refuse a bad path before anything is written
+            check_model_dir(Path(config.backbone.path))
+        reproduce(out, config, tuple(args.eval_files))
+
+    return _text_options, run
 
 
 def _flag(p: argparse.ArgumentParser, name: str, **kwargs) -> None:
@@ -186,7 +190,8 @@ def cmd_reproduce_toy(args) -> None:
 
 
 BENCHMARKS: Registry[tuple] = Registry("benchmark")  # name -> (add its flags to a parser, run it)
-BENCHMARKS.register("task1")((_task1_options, cmd_reproduce_task1))
+BENCHMARKS.register("task1")(_text_benchmark("task1"))
+BENCHMARKS.register("task2")(_text_benchmark("task2"))
 BENCHMARKS.register("digits")((_digits_options, cmd_reproduce_digits))
 BENCHMARKS.register("toy")((_toy_options, cmd_reproduce_toy))
 

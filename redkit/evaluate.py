@@ -85,16 +85,28 @@ def classification_metrics(pred: np.ndarray, true: np.ndarray, domain_of_class: 
     return {"overall": overall, "per_domain": per_domain}
 
 
+def accuracy_by(pred: np.ndarray, true: np.ndarray, keys: list[str]) -> dict[str, dict]:
+    """Exact accuracy within each group of examples sharing a key (e.g. number of operands)."""
+    keys_array = np.asarray(keys)
+    return {key: {"n": int((keys_array == key).sum()), "accuracy": float((pred[keys_array == key] == true[keys_array == key]).mean())}
+            for key in sorted(set(keys), key=lambda k: (len(k), k))}
+
+
 def evaluate_compositions(modules: ModuleSet, h: torch.Tensor, classes: torch.Tensor, labels: torch.Tensor,
-                          names: list[str], metrics: Callable[[np.ndarray, np.ndarray], dict] = prediction_metrics) -> dict[str, dict]:
+                          names: list[str], metrics: Callable[[np.ndarray, np.ndarray], dict] = prediction_metrics,
+                          groups: dict[str, list[str]] | None = None) -> dict[str, dict]:
     """{composition: metrics(pred classes, true classes)} on one set of features, with the mean
-    expert weights per true domain where the composition has weights."""
+    expert weights per true domain where the composition has weights, and accuracy per group
+    for each of `groups` ({"num_ops": one key per example, ...}) as result["by_num_ops"]."""
     h, labels = h.to(modules.run.device), labels.to(modules.run.device)
     domains = modules.run.space.domains
     results = {}
     for name in names:
         composed = compose(name, modules, h, labels)
-        result = metrics(composed.probs.argmax(dim=-1).cpu().numpy(), classes.numpy())
+        pred = composed.probs.argmax(dim=-1).cpu().numpy()
+        result = metrics(pred, classes.numpy())
+        for group, keys in (groups or {}).items():
+            result[f"by_{group}"] = accuracy_by(pred, classes.numpy(), keys)
         if composed.weights is not None:
             weights, true = composed.weights.cpu(), labels.cpu()
             result["mean_weights_by_domain"] = {domains[k]: weights[true == k].mean(dim=0).tolist()

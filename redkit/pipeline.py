@@ -1,4 +1,4 @@
-"""`redkit reproduce task1`: data -> stages -> evaluation -> results.json + report.md."""
+"""`redkit reproduce task1|task2`: data -> stages -> evaluation -> results.json + report.md."""
 
 import time
 from dataclasses import asdict
@@ -9,7 +9,8 @@ import torch
 from redkit.atomic import write_json
 from redkit.compositions import COMPOSITIONS, ModuleSet
 from redkit.data.generate import HELDOUT
-from redkit.data.records import read_jsonl
+from redkit.data.expression import OPERATORS
+from redkit.data.records import Example, read_jsonl
 from redkit.data.vocabulary import answer_to_class
 from redkit.evaluate import evaluate_compositions, routing_accuracy
 from redkit.provenance import provenance
@@ -20,13 +21,21 @@ from redkit.train.stages import PIPELINE, STAGES
 EVAL_SPLITS = ("test", HELDOUT, "val")
 
 
+def structure_groups(examples: list[Example]) -> dict[str, list[str]]:
+    """Per-example keys for accuracy breakdowns, where a task varies them: the number of operands
+    and the operator pattern ("+-" for "12 plus 5 minus 3") of each question."""
+    groups = {"operands": [str(ex.num_ops + 1) for ex in examples],
+              "pattern": ["".join(ch for ch in ex.structure if ch in OPERATORS) for ex in examples]}
+    return {name: keys for name, keys in groups.items() if len(set(keys)) > 1}
+
+
 def evaluate_file(run: Run, modules: ModuleSet, path: Path, names: list[str]) -> dict:
     """Every composition on any JSONL file the loader reads (evaluation only, never training)."""
     examples = read_jsonl(path)
     h = run.features(f"file-{path.stem}", examples)
     classes = torch.tensor([answer_to_class(ex.answer) for ex in examples])
     labels = torch.tensor([ex.label for ex in examples])
-    return evaluate_compositions(modules, h, classes, labels, names)
+    return evaluate_compositions(modules, h, classes, labels, names, groups=structure_groups(examples))
 
 
 def evaluate_run(run: Run, eval_files: tuple[Path, ...] = ()) -> dict:
@@ -36,7 +45,8 @@ def evaluate_run(run: Run, eval_files: tuple[Path, ...] = ()) -> dict:
     results = {"splits": {}, "router": {}, "gate": {}, "external": {}}
     for split in EVAL_SPLITS:
         h, classes, labels = run.split_tensors(split)
-        results["splits"][split] = evaluate_compositions(modules, h, classes, labels, names)
+        results["splits"][split] = evaluate_compositions(modules, h, classes, labels, names,
+                                                         groups=structure_groups(run.splits[split]))
     for split in ("train", "val", "test"):
         h, _, labels = run.split_tensors(split)
         results["router"][split] = routing_accuracy(modules.router(), h.to(run.device), labels)

@@ -86,6 +86,12 @@ def render_report(results: dict, figures: dict[str, str] | None = None) -> str:
     out += ["## Accuracy at range boundaries (test; cf. §4.6.5)", "",
             markdown_table(["Method", *boundary_names], [[LABELS.get(n, n), *(_f(m["boundary"][b]["accuracy"]) for b in boundary_names)]
                                                  for n, m in test.items()]), ""]
+    for group, title in (("operands", "number of operands"), ("pattern", "operator pattern")):
+        keys = list(test["red"].get(f"by_{group}", {}))
+        if keys:
+            out += [f"## Accuracy by {title} (test; cf. §4.7.4)", "",
+                    markdown_table(["Method", *(f"{k} (n={test['red'][f'by_{group}'][k]['n']})" for k in keys)],
+                           [[LABELS.get(n, n), *(_f(m[f"by_{group}"][k]["accuracy"]) for k in keys)] for n, m in test.items()]), ""]
     other = {f"{s} split": r for s, r in results["splits"].items() if s != "test"} | results.get("external", {})
     if other:
         out += ["## Other evaluation sets (exact accuracy)", "",
