@@ -68,14 +68,17 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _run_config(args: argparse.Namespace, task: str):
+def _run_config(args: argparse.Namespace, task: str, data_task: str | None = None, config_class=None):
+    """A text run's config from the flags; `data_task` names the generator when it differs from the
+    benchmark (steps: per-operation data)."""
     from redkit.backbone import BackboneConfig
     from redkit.data.generate import DataConfig
     from redkit.data.tasks import TASKS
     from redkit.run import RunConfig
 
-    n = args.n if args.n is not None else TASKS[task].default_n
-    config = RunConfig(task=task, seed=args.seed, data=DataConfig(task=task, n=n, seed=args.seed, split=args.split),
+    data_task = data_task or task
+    n = args.n if args.n is not None else TASKS[data_task].default_n
+    config = (config_class or RunConfig)(task=task, seed=args.seed, data=DataConfig(task=data_task, n=n, seed=args.seed, split=args.split),
                        backbone=BackboneConfig(path=str(Path(args.backbone).resolve()) if args.backbone else None,
                                                pooling=args.pooling, trainable_layers=args.trainable_layers,
                                                precision=args.precision),
@@ -189,9 +192,24 @@ def cmd_reproduce_toy(args) -> None:
     print(format_tables(reproduce_toy(args.out, ToyConfig(seed=args.seed))))
 
 
+def _steps_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--out", type=Path, default=Path("runs/steps"))
+    p.add_argument("--programs", type=int, default=80_000, help="size of the decomposer dataset whose test programs are executed")
+    _add_run_options(p)
+
+
+def cmd_reproduce_steps(args) -> None:
+    from redkit.steps import StepsConfig
+    from redkit.steps.benchmark import reproduce_steps
+
+    config = _run_config(args, "steps", data_task="op_add", config_class=StepsConfig)
+    reproduce_steps(args.out, config, args.programs)
+
+
 BENCHMARKS: Registry[tuple] = Registry("benchmark")  # name -> (add its flags to a parser, run it)
 BENCHMARKS.register("task1")(_text_benchmark("task1"))
 BENCHMARKS.register("task2")(_text_benchmark("task2"))
+BENCHMARKS.register("steps")((_steps_options, cmd_reproduce_steps))
 BENCHMARKS.register("digits")((_digits_options, cmd_reproduce_digits))
 BENCHMARKS.register("toy")((_toy_options, cmd_reproduce_toy))
 

@@ -34,7 +34,7 @@ def evaluate_file(run: Run, modules: ModuleSet, path: Path, names: list[str]) ->
     examples = read_jsonl(path)
     h = run.features(f"file-{path.stem}", examples)
     classes = torch.tensor([answer_to_class(ex.answer) for ex in examples])
-    labels = torch.tensor([ex.label for ex in examples])
+    labels = torch.tensor([run.domain_label(ex) for ex in examples])
     return evaluate_compositions(modules, h, classes, labels, names, groups=structure_groups(examples))
 
 

@@ -169,7 +169,7 @@ class Run:
         rng = random.Random(self.config.seed)
         chosen = []
         for label in range(self.space.num_domains):
-            pool = [i for i, ex in enumerate(train) if ex.label == label]
+            pool = [i for i, ex in enumerate(train) if self.domain_label(ex) == label]
             if len(pool) < per_domain:
                 raise RedkitError(f"train has {len(pool)} examples of range {label}, fewer than the {per_domain} stage base needs")
             chosen += rng.sample(pool, per_domain)
@@ -211,9 +211,13 @@ class Run:
             raise RedkitError(f"{self.module_dir('backbone_top')}: missing; stage base has not run yet, so there is no tuned backbone")
         return cached_features(self.cache_dir, self.backbone, [ex.question for ex in examples], name)
 
+    def domain_label(self, example: Example) -> int:
+        """Which expert's domain an example belongs to: its answer range here."""
+        return example.label
+
     def split_tensors(self, name: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """(h (N, d), answer classes (N,), domain labels (N,)) of a split."""
         examples = self.splits[name]
         return (self.features(name, examples), torch.tensor([answer_to_class(ex.answer) for ex in examples]),
-                torch.tensor([ex.label for ex in examples]))
+                torch.tensor([self.domain_label(ex) for ex in examples]))
 

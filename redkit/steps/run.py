@@ -1,0 +1,58 @@
+"""A run whose experts are arithmetic operations instead of answer ranges.
+
+Its data is the operation experts' data (DESIGN.md decision 8): "What is 56 minus 36?" for each
+operation, 20k examples each, structure-disjoint splits; an example's domain is its operation.
+Everything else (stage base on a balanced 10%, experts trained alone, router, gate) is the text
+pipeline unchanged.
+"""
+
+import json
+from dataclasses import dataclass, field, replace
+from functools import cached_property
+
+from redkit.atomic import write_json, write_jsonl
+from redkit.data.generate import HELDOUT, SPLITS, DataConfig, generate, summarize
+from redkit.data.records import Example
+from redkit.data.vocabulary import NUM_CLASSES
+from redkit.errors import RedkitError
+from redkit.run import Run, RunConfig
+from redkit.space import LabelSpace
+
+
+@dataclass
+class StepsConfig(RunConfig):
+    task: str = "steps"
+    operations: tuple[str, ...] = ("add", "sub")  # one expert each; "mul" can be plugged in later
+    data: DataConfig = field(default_factory=lambda: DataConfig(task="op_add", n=20_000))  # n per operation
+
+
+class StepsRun(Run):
+    config_class = StepsConfig
+
+    @cached_property
+    def space(self) -> LabelSpace:
+        return LabelSpace(num_classes=NUM_CLASSES, domains=tuple(self.config.operations))
+
+    def domain_label(self, example: Example) -> int:
+        if example.operation not in self.config.operations:
+            raise RedkitError(f"example {example.id} ({example.question!r}): operation {example.operation!r} "
+                              f"has no expert in this run ({', '.join(self.config.operations)})")
+        return self.config.operations.index(example.operation)
+
+    def prepare_data(self) -> dict:
+        """Each operation's data, generated alone, then pooled per split (ids renumbered)."""
+        path = self.dir / "data" / "splits.json"
+        if path.is_file():
+            return json.loads(path.read_text())
+        pooled: dict[str, list[Example]] = {split: [] for split in (*SPLITS, HELDOUT)}
+        for op in self.config.operations:
+            for split, examples in generate(replace(self.config.data, task=f"op_{op}")).items():
+                pooled[split] += examples
+        next_id = 0
+        for split, examples in pooled.items():
+            pooled[split] = [replace(ex, id=next_id + i) for i, ex in enumerate(examples)]
+            next_id += len(examples)
+            write_jsonl(self.dir / "data" / f"{split}.jsonl", (ex.to_json() for ex in pooled[split]))
+        summary = summarize(pooled, self.config.data) | {"operations": list(self.config.operations)}
+        write_json(path, summary)
+        return summary
