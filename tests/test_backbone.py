@@ -86,5 +86,6 @@ def test_not_a_model_directory_is_one_clear_error(tmp_path):
         Backbone(BackboneConfig(path=str(tmp_path)))
     with pytest.raises(RedkitError, match="not a directory"):
         Backbone(BackboneConfig(path=str(tmp_path / "nope")))
-    with pytest.raises(RedkitError, match="trainable_layers"):
-        Backbone(BackboneConfig(trainable_layers=6))
+    for bad in (0, 6):
+        with pytest.raises(RedkitError, match="trainable_layers"):
+            Backbone(BackboneConfig(trainable_layers=bad))

@@ -73,9 +73,9 @@ class Backbone(nn.Module):
             self.tokenizer.pad_token = self.tokenizer.eos_token or self.tokenizer.unk_token
         self.hidden_size: int = self.model.config.hidden_size
         num_layers = self.model.config.num_hidden_layers
-        if not 0 <= config.trainable_layers < num_layers:
-            raise RedkitError(f"trainable_layers = {config.trainable_layers}: must be in 0..{num_layers - 1} "
-                              f"for a {num_layers}-layer backbone (at least one layer stays frozen)")
+        if not 1 <= config.trainable_layers < num_layers:
+            raise RedkitError(f"trainable_layers = {config.trainable_layers}: must be in 1..{num_layers - 1} "
+                              f"for a {num_layers}-layer backbone (the top is split from a frozen prefix)")
         self.split_at = num_layers - config.trainable_layers  # index of the first trainable layer
         self._layer_parent, self._layer_attr = _find_layers(self.model, num_layers)
         self.layers: nn.ModuleList = getattr(self._layer_parent, self._layer_attr)
@@ -107,8 +107,6 @@ class Backbone(nn.Module):
     def run_prefix(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
         """(B, T) ids -> (B, T, d) states after the frozen layers (the input of the first trainable one)."""
         captured: list[torch.Tensor] = []
-        if self.split_at == len(self.layers):
-            raise AssertionError("unreachable: at least one layer is trainable or the whole model is the prefix")
         # The input of layer split_at is the prefix output: capture it there and stop the pass by
         # running only layers[:split_at + 1]; the one extra layer's output is discarded.
         hook = self.layers[self.split_at].register_forward_pre_hook(
