@@ -65,6 +65,19 @@ def _save(fig, path: Path) -> str:
     return str(path.relative_to(path.parent.parent))
 
 
+def run_footer(results: dict) -> list[str]:
+    """The closing lines of every report: wall time per stage, and where the numbers came from."""
+    out = []
+    times = results.get("wall_seconds_per_stage", {})
+    if times:
+        out += ["## Wall time per stage (seconds)", "", markdown_table(list(times), [[f"{t:.1f}" for t in times.values()]]), ""]
+    prov = results.get("provenance", {})
+    if prov:
+        out += [f"redkit {prov.get('redkit')} · commit {prov.get('git_commit')} · "
+                + ", ".join(f"{k} {v}" for k, v in prov.get("versions", {}).items()), ""]
+    return out
+
+
 def render_report(results: dict, figures: dict[str, str] | None = None) -> str:
     test = results["splits"]["test"]
     split_kind = results["config"]["data"]["split"]
@@ -98,14 +111,7 @@ def render_report(results: dict, figures: dict[str, str] | None = None) -> str:
                 markdown_table(["Method", *other], [[LABELS.get(n, n), *(_f(other[k][n]["accuracy"]) for k in other)] for n in test]), ""]
     if figures:
         out += ["## Figures", ""] + [f"![{name}]({path})" for name, path in figures.items()] + [""]
-    times = results.get("wall_seconds_per_stage", {})
-    if times:
-        out += ["## Wall time per stage (seconds)", "", markdown_table(list(times), [[f"{t:.1f}" for t in times.values()]]), ""]
-    prov = results.get("provenance", {})
-    if prov:
-        out += [f"redkit {prov.get('redkit')} · commit {prov.get('git_commit')} · "
-                + ", ".join(f"{k} {v}" for k, v in prov.get("versions", {}).items()), ""]
-    return "\n".join(out)
+    return "\n".join(out + run_footer(results))
 
 
 def write_report(directory: Path, results: dict) -> str:

@@ -2,7 +2,7 @@
 ran, router reliability and wall time per stage; written to report.md and printed at the end."""
 
 from redkit.digits.data import DIGIT_PAIRS
-from redkit.report import markdown_table
+from redkit.report import markdown_table, run_footer
 
 
 def _f(x: float) -> str:
@@ -30,11 +30,4 @@ def render_report(results: dict) -> str:
         out += ["## Routing accuracy", "",
                 markdown_table(header, [[split, *(_f(results[kind][split]["accuracy"]) for kind in routers)]
                                         for split in results[routers[0]]]), ""]
-    times = results.get("wall_seconds_per_stage", {})
-    if times:
-        out += ["## Wall time per stage (seconds)", "", markdown_table(list(times), [[f"{t:.1f}" for t in times.values()]]), ""]
-    prov = results.get("provenance", {})
-    if prov:
-        out += [f"redkit {prov.get('redkit')} · commit {prov.get('git_commit')} · "
-                + ", ".join(f"{k} {v}" for k, v in prov.get("versions", {}).items()), ""]
-    return "\n".join(out)
+    return "\n".join(out + run_footer(results))
