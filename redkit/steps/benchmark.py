@@ -8,7 +8,7 @@ from pathlib import Path
 
 from redkit.atomic import write_json, write_text
 from redkit.compositions import ModuleSet
-from redkit.data.generate import DataConfig, generate
+from redkit.data.generate import generate
 from redkit.pipeline import evaluate_run
 from redkit.programs import parse_program
 from redkit.provenance import provenance
