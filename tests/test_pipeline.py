@@ -64,3 +64,18 @@ def test_one_expert_retrained_alone_is_identical(qwen_run, tmp_path):
     assert original.keys() == retrained.keys()
     assert all((original[k] == retrained[k]).all() for k in original)
     assert json.loads((expert / "config.json").read_text())["domain"] == 2
+
+
+def test_same_seed_same_base_whatever_ran_before(qwen_run, tmp_path):
+    """Stage base seeds its own initialisation: torch's global RNG state before it does not matter."""
+    import torch
+
+    out, argv = qwen_run
+    torch.manual_seed(12345)
+    torch.rand(1000)  # consume random numbers, as other code in the same process might
+    again = tmp_path / "again"
+    assert main([*argv[:argv.index("--out")], "--out", str(again), *argv[argv.index("--out") + 2:]]) == 0
+    for module in ("classifier", "backbone_top", "experts/residual/R2", "router"):
+        first = load_file(str(out / "modules" / module / "model.safetensors"))
+        second = load_file(str(again / "modules" / module / "model.safetensors"))
+        assert all(torch.equal(first[k], second[k]) for k in first), module

@@ -93,6 +93,7 @@ def stage_base(run: Run) -> dict:
         val_y = torch.tensor([distinct[t][0] for t in val_texts])
         val_w = torch.tensor([distinct[t][1] for t in val_texts], dtype=torch.float)
         train_y = torch.tensor([answer_to_class(ex.answer) for ex in subset])
+        torch.manual_seed(run.config.seed)  # the classifier's init must not depend on what ran before
         classifier = Classifier(Classifier.Config(backbone.hidden_size, run.space.num_classes)).to(run.device)
         # Only these switch to training mode (dropout) and are checkpointed; the prefix stays frozen.
         trainable = nn.ModuleDict({"top": backbone.top_layers, "classifier": classifier})
