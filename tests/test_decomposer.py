@@ -142,13 +142,19 @@ def test_number_positions_point_at_the_digits(tiny_decomposer):
     assert ["".join(t.lstrip("#") for t in tokens[a:b + 1]) for a, b in spans] == ["5", "35", "17", "150", "25"]
 
 
-def test_loading_refuses_another_backbone(tiny_decomposer, tmp_path):
-    out, _ = tiny_decomposer
+def _copy_with(out, tmp_path, field: str, value: str):
+    """A copy of the trained module whose config.json says `field: value`."""
     module = tmp_path / "module"
     shutil.copytree(out / "module", module)
     meta = json.loads((module / "config.json").read_text())
-    meta["backbone_fingerprint"] = "0123456789abcdef"
+    meta[field] = value
     (module / "config.json").write_text(json.dumps(meta))
+    return module
+
+
+def test_loading_refuses_another_backbone(tiny_decomposer, tmp_path):
+    out, _ = tiny_decomposer
+    module = _copy_with(out, tmp_path, "backbone_fingerprint", "0123456789abcdef")
     with pytest.raises(RedkitError, match="trained on backbone 0123456789abcdef"):
         StepDecomposer.load(module)
     from redkit.backbone import Backbone, BackboneConfig
@@ -159,11 +165,7 @@ def test_loading_refuses_another_backbone(tiny_decomposer, tmp_path):
 
 def test_loading_refuses_another_module_kind(tiny_decomposer, tmp_path):
     out, _ = tiny_decomposer
-    module = tmp_path / "module"
-    shutil.copytree(out / "module", module)
-    meta = json.loads((module / "config.json").read_text())
-    meta["kind"] = "router"
-    (module / "config.json").write_text(json.dumps(meta))
+    module = _copy_with(out, tmp_path, "kind", "router")
     with pytest.raises(RedkitError, match="not a decomposer"):
         StepDecomposer.load(module)
 
