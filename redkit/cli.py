@@ -4,7 +4,10 @@
     redkit reproduce task1|task2 [--split ...] [--backbone PATH] [--out runs/task1] [--eval FILE ...]
     redkit reproduce digits [--run red|moe|all] [--data_dir MNIST_DIR] [--save_dir runs/digits] [...]
     redkit reproduce toy [--out runs/toy] [--seed S]
+    redkit reproduce steps [--out runs/steps] [--decomposer DIR] [--op-split random|structure] [...]
+    redkit reproduce decomposer [--out runs/decomposer] [--task decomposer_times] [--tune-top] [...]
     redkit train STAGE --run DIR [--domain R3] [--kind residual]     (one stage, e.g. one expert)
+    redkit add-expert --run runs/steps --operation mul [--out DIR] [--decomposer DIR]
     redkit eval --run DIR --data FILE.jsonl [--composition NAME]
     redkit predict --run DIR "What is 12 plus 27?"
 """
@@ -56,12 +59,20 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--domain", action="append", default=None, help="range (R1..R5) for experts/heads; repeatable")
     p.add_argument("--kind", action="append", default=None, help="expert kind for stage experts: residual, logit")
 
-    p = sub.add_parser("eval", help="evaluate a trained run on any JSONL file")
+    p = sub.add_parser("add-expert", help="plug a new operation expert into a trained steps run (nothing else retrained)")
+    p.add_argument("--run", required=True, type=Path, help="the trained steps run (only read)")
+    p.add_argument("--operation", default="mul", help="the new expert's operation (default mul)")
+    p.add_argument("--out", type=Path, default=None, help="the new run (default <run>-<operation>)")
+    p.add_argument("--decomposer", type=Path, default=None,
+                   help="a decomposer trained on decomposer_times data to reuse (default: trained in <out>/decomposer)")
+
+    p = sub.add_parser("eval", help="evaluate a trained run on any JSONL file (a steps run decomposes and executes it)")
     p.add_argument("--run", required=True, type=Path)
     p.add_argument("--data", required=True, type=Path)
     p.add_argument("--composition", action="append", default=None)
 
-    p = sub.add_parser("predict", help="answer one question, with the router's weight for every expert")
+    p = sub.add_parser("predict", help="answer one question, with the router's weight for every expert "
+                                          "(a steps run prints the program and every step)")
     p.add_argument("--run", required=True, type=Path)
     p.add_argument("question")
     p.add_argument("--composition", default="red")
@@ -195,6 +206,10 @@ def cmd_reproduce_toy(args) -> None:
 def _steps_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", type=Path, default=Path("runs/steps"))
     p.add_argument("--programs", type=int, default=80_000, help="size of the decomposer dataset whose test programs are executed")
+    p.add_argument("--op-split", choices=("random", "structure"), default="random",
+                   help="split of the operation data (--split is the programs')")
+    p.add_argument("--decomposer", type=Path, default=None,
+                   help="train (or reuse, when trained on the same data) the decomposer here (default <out>/decomposer)")
     _add_run_options(p)
 
 
@@ -203,13 +218,43 @@ def cmd_reproduce_steps(args) -> None:
     from redkit.steps.benchmark import reproduce_steps
 
     config = _run_config(args, "steps", data_task="op_add", config_class=StepsConfig)
-    reproduce_steps(args.out, config, args.programs)
+    config.data.split = args.op_split
+    config.decomposer = _decomposer_config(args, n=args.programs)
+    config.decomposer_dir = str(args.decomposer.resolve()) if args.decomposer else None
+    reproduce_steps(args.out, config)
+
+
+def _decomposer_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--out", type=Path, default=Path("runs/decomposer"))
+    p.add_argument("--task", choices=("decomposer", "decomposer_times"), default="decomposer",
+                   help="decomposer_times: programs with * steps too")
+    p.add_argument("--tune-top", action="store_true", help="fine-tune the backbone's top layers with the head")
+    _add_run_options(p)
+
+
+def _decomposer_config(args, n: int | None = None, task: str = "decomposer", tune_top: bool = False):
+    from redkit.backbone import BackboneConfig
+    from redkit.decomposer import DecomposerConfig
+
+    config = DecomposerConfig(task=task, n=n or 80_000, seed=args.seed, split=args.split, tune_top=tune_top, device=args.device,
+                              backbone=BackboneConfig(path=str(Path(args.backbone).resolve()) if args.backbone else None,
+                                                      trainable_layers=args.trainable_layers, precision=args.precision))
+    if args.max_epochs is not None:
+        config.train.max_epochs = args.max_epochs
+    return config
+
+
+def cmd_reproduce_decomposer(args) -> None:
+    from redkit.decomposer import reproduce_decomposer
+
+    reproduce_decomposer(args.out, _decomposer_config(args, n=args.n, task=args.task, tune_top=args.tune_top))
 
 
 BENCHMARKS: Registry[tuple] = Registry("benchmark")  # name -> (add its flags to a parser, run it)
 BENCHMARKS.register("task1")(_text_benchmark("task1"))
 BENCHMARKS.register("task2")(_text_benchmark("task2"))
 BENCHMARKS.register("steps")((_steps_options, cmd_reproduce_steps))
+BENCHMARKS.register("decomposer")((_decomposer_options, cmd_reproduce_decomposer))
 BENCHMARKS.register("digits")((_digits_options, cmd_reproduce_digits))
 BENCHMARKS.register("toy")((_toy_options, cmd_reproduce_toy))
 
@@ -246,12 +291,58 @@ def cmd_train(args) -> None:
         print(stage(run))
 
 
+def cmd_add_expert(args) -> None:
+    from redkit.steps.plugin import plug_in
+
+    plug_in(args.run, args.out or args.run.with_name(f"{args.run.name}-{args.operation}"), args.operation, args.decomposer)
+
+
+def _open_run(path: Path):
+    """A text run or a steps run, by the task its config.json names."""
+    import json
+
+    from redkit.run import Run
+    from redkit.steps import StepsRun
+
+    saved = path / "config.json"
+    try:
+        task = json.loads(saved.read_text()).get("task") if saved.is_file() else None
+    except (json.JSONDecodeError, UnicodeDecodeError, AttributeError) as err:
+        raise RedkitError(f"{saved}: not a redkit run config ({err})") from None
+    return (StepsRun if task == "steps" else Run)(path)
+
+
+def _steps_compositions(names: list[str] | None) -> list[str]:
+    from redkit.compositions import COMPOSITIONS
+    from redkit.steps.benchmark import MODES
+
+    names = names or list(MODES.values())
+    for name in names:
+        COMPOSITIONS[name]  # unknown names fail before any work
+    return names
+
+
 def cmd_eval(args) -> None:
     from redkit.compositions import COMPOSITIONS, ModuleSet
+    from redkit.data.records import read_jsonl
     from redkit.pipeline import evaluate_file
-    from redkit.run import Run
+    from redkit.steps import StepsRun
 
-    run = Run(args.run)
+    run = _open_run(args.run)
+    if isinstance(run, StepsRun):
+        from redkit.steps.questions import evaluate_questions
+
+        names = _steps_compositions(args.composition)
+        result = evaluate_questions(run, read_jsonl(args.data), names)
+        match = result["program_exact_match"]
+        print(f"{args.data}: {result['n']} questions, decomposed and executed; program exact-match "
+              + (f"{match:.4f}" if match is not None else "n/a (the file has no programs)"))
+        groups = list(next(iter(result["compositions"].values())))
+        print(f"{'composition':14s} " + " ".join(f"{g + ' acc':>11s}" for g in groups))
+        for name, m in result["compositions"].items():
+            print(f"{name:14s} " + " ".join(f"{m[g]['accuracy']:11.4f}" for g in groups))
+        print("n: " + ", ".join(f"{g} {m['n']}" for g, m in next(iter(result["compositions"].values())).items()))
+        return
     names = args.composition or COMPOSITIONS.names()
     for name in names:
         COMPOSITIONS[name]  # unknown names fail before any work
@@ -268,10 +359,22 @@ def cmd_predict(args) -> None:
     from redkit.compositions import COMPOSITIONS, ModuleSet, compose
     from redkit.data.vocabulary import SHORT_NAMES, class_to_answer, domain_of
     from redkit.features import encode
-    from redkit.run import Run
+    from redkit.steps import StepsRun
 
     COMPOSITIONS[args.composition]  # an unknown name fails before any work
-    run = Run(args.run)
+    run = _open_run(args.run)
+    if isinstance(run, StepsRun):
+        from redkit.programs import render_program
+        from redkit.steps.questions import explain
+
+        program, trace = explain(run, args.question, args.composition)
+        print("program:\n  " + render_program(program).replace("\n", "\n  "))
+        for k, step in enumerate(trace, start=1):
+            weights = ("  ".join(f"{name} {w:.3f}" for name, w in zip(run.space.domains, step.weights))
+                       if step.weights is not None else "none")
+            print(f"step {k}: {step.question!r}  expert weights: {weights}  -> x{k} = {step.value}")
+        print(f"answer: {trace[int(program.answer_var[1:]) - 1].value}  (composition {args.composition})")
+        return
     modules = ModuleSet(run)
     h = encode(run.backbone, [args.question]).to(run.device)
     with torch.no_grad():
@@ -283,7 +386,8 @@ def cmd_predict(args) -> None:
     print("expert weights: " + "  ".join(f"{name} {w:.3f}" for name, w in zip(run.space.domains, weights.tolist())))
 
 
-COMMANDS = {"data": cmd_data, "reproduce": cmd_reproduce, "train": cmd_train, "eval": cmd_eval, "predict": cmd_predict}
+COMMANDS = {"data": cmd_data, "reproduce": cmd_reproduce, "train": cmd_train, "add-expert": cmd_add_expert,
+            "eval": cmd_eval, "predict": cmd_predict}
 
 
 def main(argv: list[str] | None = None) -> int:

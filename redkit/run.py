@@ -69,7 +69,9 @@ class StagedConfig:
         for f in fields(cls):
             if f.name in raw:
                 value = raw[f.name]
-                if is_dataclass(f.type):
+                if hasattr(f.type, "from_dict"):  # a config with configs inside (the steps run's decomposer)
+                    value = f.type.from_dict(value)
+                elif is_dataclass(f.type):
                     value = f.type(**{k: (tuple(v) if isinstance(v, list) else v) for k, v in value.items()})
                 kwargs[f.name] = value
         return cls(**kwargs)

@@ -1,6 +1,7 @@
 """Decomposed execution: operation domains, program execution plumbing, and a tiny end-to-end run."""
 
 import json
+import re
 
 import pytest
 
@@ -9,19 +10,26 @@ from redkit.data.records import Example
 from redkit.errors import RedkitError
 from redkit.programs import exact
 from redkit.steps import StepsConfig, StepsRun
-from redkit.steps.benchmark import MODES, program_set
+from redkit.decomposer import DecomposerConfig
+from redkit.programs import parse_program
+from redkit.steps.benchmark import MODES, SOURCES, program_data
 from redkit.steps.execute import execution_metrics
 
 
+def _gold(n: int) -> tuple[list, list[int]]:
+    test = program_data(DecomposerConfig(n=n))["test"]
+    return [parse_program(ex.program) for ex in test], [ex.answer for ex in test]
+
+
 def test_exact_execution_of_gold_programs_is_perfect():
-    programs, answers = program_set(StepsConfig(), n=500)
+    programs, answers = _gold(500)
     metrics = execution_metrics(programs, answers, lambda calls: [exact(*c) for c in calls])
     assert metrics["all"]["accuracy"] == 1.0 and metrics["all"]["n"] == len(programs)
     assert {"2-step", "3-step", "4-step"} <= set(metrics)
 
 
 def test_a_wrong_step_function_is_caught():
-    programs, answers = program_set(StepsConfig(), n=500)
+    programs, answers = _gold(500)
     metrics = execution_metrics(programs, answers, lambda calls: [exact(*c) + 1 for c in calls])
     assert metrics["all"]["accuracy"] == 0.0
 
@@ -35,13 +43,70 @@ def test_domains_are_operations(tmp_path):
         run.domain_label(Example(id=1, question="What is 3 times 4?", answer=12, label=0, operation="mul"))
 
 
-def test_tiny_steps_run_reports_every_mode(tmp_path):
-    out = tmp_path / "steps"
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("steps") / "steps"
     assert main(["reproduce", "steps", "--n", "300", "--programs", "300", "--max-epochs", "1", "--out", str(out)]) == 0
+    return out
+
+
+def test_tiny_steps_run_reports_every_mode(tiny_run):
+    out = tiny_run
     results = json.loads((out / "results.json").read_text())
-    gold = results["execution"]["gold"]
-    assert set(gold) == set(MODES)
-    for metrics in gold.values():
-        assert 0.0 <= metrics["all"]["accuracy"] <= 1.0 and metrics["all"]["n"] == 30
+    assert set(results["execution"]) == set(SOURCES)
+    for by_mode in results["execution"].values():
+        assert set(by_mode) == set(MODES)
+        for metrics in by_mode.values():
+            assert 0.0 <= metrics["all"]["accuracy"] <= 1.0 and metrics["all"]["n"] == 30
+    assert set(results["decomposer"]["splits"]) == {"test", "test_heldout_templates"}
+    assert (out / "decomposer" / "module" / "model.safetensors").is_file()
     assert json.loads((out / "data" / "splits.json").read_text())["operations"] == ["add", "sub"]
     assert (out / "modules" / "experts" / "residual" / "sub" / "model.safetensors").is_file()
+
+
+def test_predict_on_a_steps_run_prints_the_program_and_every_step(tiny_run, capsys):
+    assert main(["predict", "--run", str(tiny_run), "If you subtract 5 from 12 and add 9, what do you get?"]) == 0
+    out = capsys.readouterr().out
+    assert "program:" in out and "Answer: x2" in out
+    steps = re.findall(r"step (\d): '(What is [^']+)'  expert weights: add ([\d.]+)  sub ([\d.]+)  -> x\d = (\d+)", out)
+    assert [k for k, *_ in steps] == ["1", "2"]
+    assert all(abs(float(a) + float(b) - 1) < 2e-3 for _, _, a, b, _ in steps)  # router weights sum to 1
+    assert steps[1][1].startswith(f"What is {steps[0][4]} ")  # step 2 is asked with step 1's value
+    assert re.search(r"^answer: \d+", out, re.M)
+
+
+def test_eval_on_a_steps_run_decomposes_and_executes_a_file(tiny_run, tmp_path, capsys):
+    rows = [{"question": "What is 12 minus 5 plus 9?", "answer": 16, "program": "Step 1: 12 - 5 = x1\nStep 2: x1 + 9 = x2\nAnswer: x2"},
+            {"question": "Compute 40 plus 3, then subtract 20.", "answer": 23,
+             "program": "Step 1: 40 + 3 = x1\nStep 2: x1 - 20 = x2\nAnswer: x2"},
+            {"question": "What is 30 minus 7?", "answer": 23, "program": "Step 1: 30 - 7 = x1\nAnswer: x1"}]
+    path = tmp_path / "mixed.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert main(["eval", "--run", str(tiny_run), "--data", str(path), "--composition", "red"]) == 0
+    out = capsys.readouterr().out
+    assert re.search(r"3 questions, decomposed and executed; program exact-match (0|1)\.\d{4}", out)
+    assert "1-step acc" in out and "2-step acc" in out and "n: all 3, 1-step 1, 2-step 2" in out
+
+
+def test_eval_names_a_question_it_cannot_decompose(tiny_run, tmp_path, capsys):
+    path = tmp_path / "bad.jsonl"
+    path.write_text(json.dumps({"question": "What is 7?", "answer": 7}) + "\n")
+    assert main(["eval", "--run", str(tiny_run), "--data", str(path)]) == 2
+    assert "'What is 7?'" in capsys.readouterr().err
+
+
+def test_a_multiplication_expert_plugs_in_without_retraining_anything_else(tiny_run, tmp_path):
+    out = tmp_path / "steps-mul"
+    parent_files = {p: p.read_bytes() for p in tiny_run.rglob("*") if p.is_file() and "cache" not in p.parts}
+    assert main(["add-expert", "--run", str(tiny_run), "--operation", "mul", "--out", str(out)]) == 0
+    results = json.loads((out / "results.json").read_text())
+    assert results["frozen_modules_unchanged"] is True
+    assert "experts/residual/add" in results["frozen_modules"] and "backbone_top" in results["frozen_modules"]
+    for name in ("add", "sub"):  # the copies are the parent's weights, byte for byte
+        weights = ("modules", "experts", "residual", name, "model.safetensors")
+        assert (out.joinpath(*weights)).read_bytes() == tiny_run.joinpath(*weights).read_bytes()
+    assert (out / "modules" / "experts" / "residual" / "mul" / "model.safetensors").is_file()
+    assert json.loads((out / "modules" / "router" / "config.json").read_text())["config"]["num_experts"] == 3
+    assert set(results["before"]) == set(results["after"]) == set(SOURCES)
+    assert {p: p.read_bytes() for p in parent_files} == parent_files  # the parent run is only read
+    assert main(["add-expert", "--run", str(tiny_run), "--operation", "add", "--out", str(tmp_path / "again")]) == 2

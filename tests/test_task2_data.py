@@ -10,6 +10,7 @@ from fractions import Fraction
 import pytest
 
 from redkit.data.chains import ChainConfig, chain_space
+from redkit.data.operations import OPERATIONS
 from redkit.data.expression import Expression
 from redkit.data.generate import HELDOUT, SPLITS, DataConfig, generate, write_dataset
 from redkit.data.phrasing import HELDOUT_STYLES, STYLES, TRAIN_STYLES
@@ -129,9 +130,21 @@ def test_operation_data(op, operation, left, right):
         (a, b), (got_op,) = (expr := _expression(ex.structure)).operands, expr.operators
         assert got_op == op and ex.operation == operation and ex.answer == expr.value
         assert left[0] <= a <= left[1] and right[0] <= b <= right[1]
-        if ex.template == "train/0":  # the "chain" style: exactly what the executor asks per step
+        if ex.template.startswith("train/"):  # one phrasing: exactly what the executor asks per step
             assert ex.question == step_question(a, op, b)
     assert set(Counter(ex.label for ex in datasets["train"]).values()) == {160}
+
+
+def test_operation_data_deals_every_pair_before_repeating_one():
+    """A random split of 20k additions leaves (almost) no valid pair out of train: the executor may ask any."""
+    datasets = generate(DataConfig(task="op_add", n=20_000, split="random"))
+    pairs = {label: {e.key for e in chain_space(OPERATIONS["add"], 1, RANGES[label]).all()} for label in range(NUM_DOMAINS)}
+    for label, valid in pairs.items():
+        counts = Counter(ex.structure for ex in _all(datasets) if ex.label == label)
+        assert set(counts) == valid and max(counts.values()) - min(counts.values()) <= 1  # dealt evenly
+    seen = {ex.structure for ex in datasets["train"]}
+    total = sum(len(v) for v in pairs.values())
+    assert total - len(seen & set().union(*pairs.values())) < 0.005 * total
 
 
 def test_chain_space_counts_and_draws_exactly_the_valid_chains():

@@ -102,6 +102,21 @@ class ChainSpace:
         moves, cumulative = self._table(i, state)
         return moves[bisect.bisect_right(cumulative, rng.random() * cumulative[-1])]
 
+    def all(self) -> list[Expression]:
+        """Every valid chain, in a fixed order (for small spaces: one operation has a few thousand)."""
+        out: list[Expression] = []
+
+        def walk(i: int, state: State, operands: tuple[int, ...], operators: tuple[str, ...]) -> None:
+            if i == self.num_ops:
+                out.append(Expression(operands, operators))
+                return
+            for op, x, after in self._table(i, state)[0]:
+                walk(i + 1, after, operands + (x,), operators + (op,))
+
+        for _, first, state in self._table(-1, None)[0]:
+            walk(0, state, (first,), ())
+        return out
+
     def sample(self, rng: random.Random) -> Expression:
         _, first, state = self._pick(rng, -1, None)
         operands, operators = [first], []

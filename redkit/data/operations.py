@@ -11,10 +11,21 @@ every step a decomposer program can produce while keeping each value in the voca
   for some seeds (about 1 in 8), none at all in some range of val or test: use --split random then.
 
 Every range R1..R5 is reachable for all three, so each dataset is exactly balanced over ranges
-like every other task; within a range a pair is uniform among the valid pairs. The chain styles
-phrase them (the "chain" style is exactly `programs.step_question`), and each record carries its
-`operation` ("add", "sub", "mul").
+like every other task, and each record carries its `operation` ("add", "sub", "mul").
+
+Two choices differ from the other chain tasks, both because the executor asks these experts about
+any step a program can produce, phrased one way:
+
+- the questions use the one phrasing the executor asks, `programs.step_question` ("What is 56
+  minus 36?", the original authors' operation data); held-out phrasings are still written, to
+  measure how far a step expert carries to other wordings;
+- within a range, pairs are dealt from a shuffled deck rather than drawn independently: every
+  valid pair comes up once before any comes up twice. 20k examples then hold each of the ~4,000
+  pairs of an operation at least 4 times, and a random split leaves about 0.2^4 = 0.16 % of them
+  out of train, where independent draws would leave 4 % (e^-3.3) unseen.
 """
+
+import random
 
 from redkit.data.chains import ChainConfig, ChainTask
 from redkit.data.expression import OPERATION_NAMES, Expression
@@ -29,6 +40,18 @@ OPERATIONS = {
 
 class OperationTask(ChainTask):
     default_n = 20_000  # paper §4.2.6
+    train_templates = ("chain",)
+
+    def __init__(self, config: ChainConfig | None = None):
+        super().__init__(config)
+        self._decks: dict[int, list[Expression]] = {}  # range label -> pairs not dealt yet in this round
+
+    def sample(self, rng: random.Random, label: int) -> Expression:
+        deck = self._decks.setdefault(label, [])
+        if not deck:
+            deck += self.space(1, label).all()
+            rng.shuffle(deck)
+        return deck.pop()
 
     def record_fields(self, expression: Expression) -> dict:
         return super().record_fields(expression) | {"operation": OPERATION_NAMES[expression.operators[0]]}

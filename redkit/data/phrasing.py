@@ -6,9 +6,13 @@ because the paper's phrasings change shape with the chain: "If you subtract 5 fr
 what do you get?" reorders the first step and joins the others with commas and "and". Tasks list
 style *names* as their templates, so generate.py handles them exactly like task1's format strings.
 
-Training and held-out styles are disjoint sets of phrasings (DESIGN.md decision 10). The held-out
-set includes reorderings never seen in training, such as "Subtract 3 from the result of 12 minus
-5 plus 9.", which names the last step first.
+Training and held-out styles are disjoint sets of phrasings (DESIGN.md decision 10). A held-out
+style is a new *sentence* built from words and word orders that training does teach somewhere else,
+as a reader would meet a new way of asking: "Subtract 3 from the result of 12 minus 5 plus 9."
+joins the "subtract 5 from 12" of `if_you` to the last-step-first order of `less_than`, and
+"Begin with 12, decrease it by 5, ..." says the steps of `start` with the verbs of `verbal`.
+A word that no training sentence contains could not be learnt from this data by any model, so
+it would test the backbone's pretraining rather than the method.
 """
 
 from typing import Callable, Sequence
@@ -18,10 +22,11 @@ Style = Callable[[Sequence[int], Sequence[str]], str]  # (operands (n,), operato
 WORDS = {"+": "plus", "-": "minus", "*": "times"}  # "12 minus 5"
 APPLY = {"+": "add {x}", "-": "subtract {x}", "*": "multiply by {x}"}  # "..., then add 9"
 FIRST = {"+": "add {b} to {a}", "-": "subtract {b} from {a}", "*": "multiply {a} by {b}"}  # "If you subtract 5 from 12"
-# Vocabulary that only the held-out styles use.
-CHANGE = {"+": "increase it by {x}", "-": "decrease it by {x}", "*": "multiply it by {x}"}
+TAKE = {"+": "add {x}", "-": "take away {x}", "*": "multiply by {x}"}  # "Start with 12, take away 5, ..."
+CHANGE = {"+": "increase it by {x}", "-": "decrease it by {x}", "*": "multiply it by {x}"}  # "..., then decrease it by 9"
 TAKE_FIRST = {"+": "increase {a} by {b}", "-": "take {b} away from {a}", "*": "scale {a} by a factor of {b}"}
-TAKE = {"+": "add {x}", "-": "take away {x}", "*": "multiply by {x}"}
+# The last operand named first: "3 less than 12 minus 5" ("3 times 12 times 5" would read as the chain style).
+LAST_FIRST = {"+": "{b} more than {a}", "-": "{b} less than {a}", "*": "{b} times the value of {a}"}
 
 
 def spoken(operands: Sequence[int], operators: Sequence[str]) -> str:
@@ -65,9 +70,20 @@ def if_you(operands, operators):
 
 
 def start(operands, operators):
-    """'Start with 12, subtract 5, add 9. What is the result?'"""
-    steps = [APPLY[op].format(x=x) for op, x in zip(operators, operands[1:])]
+    """'Start with 12, take away 5, add 9. What is the result?'"""
+    steps = [TAKE[op].format(x=x) for op, x in zip(operators, operands[1:])]
     return f"Start with {operands[0]}, {', '.join(steps)}. What is the result?"
+
+
+def verbal(operands, operators):
+    """'Take 5 away from 12, then increase it by 9. What is the answer?' (reordered first step)"""
+    text = _first(TAKE_FIRST, operands, operators) + "".join(f", then {s}" for s in _later(CHANGE, operands, operators))
+    return f"{text[0].upper()}{text[1:]}. What is the answer?"
+
+
+def less_than(operands, operators):
+    """'What is 3 less than 12 minus 5 plus 9?' (the last operand named first)"""
+    return f"What is {LAST_FIRST[operators[-1]].format(a=spoken(operands[:-1], operators[:-1]), b=operands[-1])}?"
 
 
 def symbols(operands, operators):
@@ -109,8 +125,8 @@ def result_of(operands, operators):
 
 STYLES: dict[str, Style] = {
     "chain": question, "bare": spoken, "compute": compute, "if_you": if_you, "start": start, "symbols": symbols,
-    "find": find, "equals": equals, "begin": begin, "take_away": take_away, "result_of": result_of,
+    "verbal": verbal, "less_than": less_than, "find": find, "equals": equals, "begin": begin, "take_away": take_away, "result_of": result_of,
 }
-TRAIN_STYLES = ("chain", "compute", "if_you", "start", "symbols", "bare")
+TRAIN_STYLES = ("chain", "compute", "if_you", "start", "symbols", "bare", "verbal", "less_than")
 HELDOUT_STYLES = ("find", "begin", "take_away", "result_of", "equals")
 assert not set(TRAIN_STYLES) & set(HELDOUT_STYLES) and set(TRAIN_STYLES) | set(HELDOUT_STYLES) == set(STYLES)

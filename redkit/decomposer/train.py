@@ -40,7 +40,7 @@ from redkit.decomposer.model import (DecomposerHead, HeadConfig, HeadOutput, Pos
                                      extract_numbers, gather_features, number_positions)
 from redkit.errors import RedkitError
 from redkit.features import PrefixStates, text_hash
-from redkit.modules.store import module_exists
+from redkit.modules.store import module_exists, read_meta
 from redkit.programs import Program, Step, execute, parse_program, render_program
 from redkit.train.loop import Checkpoint, TrainConfig, fit
 
@@ -305,6 +305,9 @@ def train_decomposer(out_dir: str | Path, config: DecomposerConfig | None = None
     data_hash = text_hash([ex.question + "\0" + ex.program for ex in train_examples])
     fit_info: dict = {}
     if module_exists(module_dir):
+        if (trained_on := read_meta(module_dir).data_hash) != data_hash:  # its test split could overlap its training
+            raise RedkitError(f"{module_dir}: this decomposer was trained on other data (hash {trained_on}, "
+                              f"this config's is {data_hash}); use another directory")
         model = StepDecomposer.load(module_dir, backbone).to(device)
         if model.operators != operators:
             raise RedkitError(f"{module_dir}: decomposer for operators {' '.join(model.operators)}, but task "

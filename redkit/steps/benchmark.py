@@ -1,18 +1,22 @@
 """`redkit reproduce steps` (paper §4.8): train the operation experts, router and gate on the
-shared pipeline, then execute the decomposer dataset's programs step by step with each routing
-mode, and report accuracy and macro-F1 by number of steps."""
+shared pipeline and the step decomposer beside them, then execute the decomposer dataset's test
+programs step by step with each routing mode, and report accuracy and macro-F1 by number of steps:
+once with the gold programs, once with the decomposer's programs of the same questions, and once
+with its programs of the same chains said in held-out phrasings."""
 
 import time
-from dataclasses import asdict, replace
+from dataclasses import asdict
 from pathlib import Path
 
 from redkit.atomic import write_json, write_text
 from redkit.compositions import ModuleSet
-from redkit.data.generate import generate
+from redkit.data.generate import HELDOUT, DataConfig, generate
+from redkit.data.records import Example
+from redkit.decomposer.train import DecomposerConfig, load_decomposer, train_decomposer
 from redkit.pipeline import evaluate_run
-from redkit.programs import parse_program
+from redkit.programs import Program, parse_program
 from redkit.provenance import provenance
-from redkit.report import markdown_table
+from redkit.report import markdown_table, run_footer
 from redkit.steps.execute import NeuralExecutor, execution_metrics
 from redkit.steps.run import StepsConfig, StepsRun
 from redkit.train.stages import PIPELINE, STAGES
@@ -20,48 +24,71 @@ from redkit.train.stages import PIPELINE, STAGES
 # Routing modes of §4.8, by the composition that implements each.
 MODES = {"RED": "red", "MoE": "moe", "AllFix": "red_uniform", "RED, oracle α": "red_oracle",
          "Global head (10%)": "global_10pct"}
+# Which programs are executed: (the decomposer data's split, whose programs).
+SOURCES = {"gold": ("test", "gold"), "decomposer": ("test", "decomposer"),
+           "decomposer, held-out phrasings": (HELDOUT, "decomposer")}
 
 
-def program_set(config: StepsConfig, n: int) -> tuple[list, list[int]]:
-    """The decomposer dataset's test programs (gold) and answers, generated as `redkit data decomposer`."""
-    test = generate(replace(config.data, task="decomposer", n=n))["test"]
-    return [parse_program(ex.program) for ex in test], [ex.answer for ex in test]
+def program_data(config: DecomposerConfig) -> dict[str, list[Example]]:
+    """The decomposer dataset, generated exactly as the decomposer was trained on it."""
+    return generate(DataConfig(task=config.task, n=config.n, seed=config.seed, split=config.split))
 
 
-def execute_modes(run: StepsRun, programs: list, answers: list[int]) -> dict[str, dict]:
-    modules, cache = ModuleSet(run), {}
+def execute_modes(run: StepsRun, modules: ModuleSet, cache: dict, programs: list[Program], answers: list[int]) -> dict[str, dict]:
     return {mode: execution_metrics(programs, answers, NeuralExecutor(run, modules, name, cache))
             for mode, name in MODES.items()}
 
 
+def execute_sources(run: StepsRun, data: dict[str, list[Example]], decomposer_dir: Path | None = None) -> dict[str, dict]:
+    """{source: {mode: metrics}} for every program source of SOURCES (step features cached across all);
+    the programs come from the run's decomposer unless `decomposer_dir` names another."""
+    decomposer = load_decomposer(decomposer_dir or run.decomposer_dir)
+    modules, cache = ModuleSet(run), {}
+    out = {}
+    for source, (split, author) in SOURCES.items():
+        examples = data[split]
+        programs = ([parse_program(ex.program) for ex in examples] if author == "gold"
+                    else decomposer.predict([ex.question for ex in examples]))
+        out[source] = execute_modes(run, modules, cache, programs, [ex.answer for ex in examples])
+    return out
+
+
 def render(results: dict) -> str:
-    out = [f"# steps: decomposed execution ({results['config']['data']['split']} split, seed {results['seed']})", ""]
+    decomposer = results["decomposer"]
+    out = [f"# steps: decomposed execution (programs: {decomposer['config']['split']} split; operation data: "
+           f"{results['config']['data']['split']} split; seed {results['seed']})", ""]
     single = results["single_step"]["splits"]["test"]
     out += ["## Operation experts on single steps (test)", "",
             markdown_table(["Composition", "Accuracy", "Macro-F1"], [[n, f"{m['accuracy']:.4f}", f"{m['macro_f1']:.4f}"] for n, m in single.items()]),
             "", "Router accuracy (operation): " + ", ".join(f"{s} {r['accuracy']:.4f}" for s, r in results["single_step"]["router"].items()), ""]
+    out += ["## Step decomposer", "", "Program exact-match: " + ", ".join(
+        f"{split} {m['exact_match']:.4f} (n = {m['count']})" for split, m in decomposer["splits"].items()), ""]
     for source, by_mode in results["execution"].items():
         keys = list(next(iter(by_mode.values())))
         out += [f"## Execution with {source} programs (cf. §4.8.3–4.8.5)", "",
                 markdown_table(["Routing", *(f"{k} acc" for k in keys), *(f"{k} F1" for k in keys)],
                                [[mode, *(f"{m[k]['accuracy']:.4f}" for k in keys), *(f"{m[k]['macro_f1']:.4f}" for k in keys)]
                                 for mode, m in by_mode.items()]), ""]
-    out += ["Wall time per stage (s): " + ", ".join(f"{k} {v:.1f}" for k, v in results["wall_seconds_per_stage"].items()), ""]
+    out += run_footer(results)
     return "\n".join(out)
 
 
-def reproduce_steps(out: Path, config: StepsConfig, programs_n: int = 80_000, print_fn=print) -> dict:
+def reproduce_steps(out: Path, config: StepsConfig, print_fn=print) -> dict:
     wall = time.perf_counter()
     run = StepsRun(out, config)
     summary = run.prepare_data()
+    start = time.perf_counter()
+    metrics = train_decomposer(run.decomposer_dir, config.decomposer, print_fn)  # reused when already trained
+    run.add_time("decomposer", time.perf_counter() - start)
     for stage in PIPELINE:
         STAGES[stage](run)
         print_fn(f"[{stage}] done")
     results = {"task": "steps", "seed": config.seed, "config": asdict(run.config), "data": summary,
-               "single_step": evaluate_run(run), "execution": {}}
+               "single_step": evaluate_run(run),
+               "decomposer": {"dir": str(run.decomposer_dir), "config": metrics["config"],
+                              "splits": {split: {k: m[k] for k in ("count", "exact_match")} for split, m in metrics["splits"].items()}}}
     start = time.perf_counter()
-    programs, answers = program_set(config, programs_n)
-    results["execution"]["gold"] = execute_modes(run, programs, answers)
+    results["execution"] = execute_sources(run, program_data(config.decomposer))
     run.add_time("execute", time.perf_counter() - start)
     results |= {"provenance": provenance(), "wall_seconds_per_stage": dict(run.timings),
                 "wall_seconds_this_call": time.perf_counter() - wall}

@@ -2,6 +2,8 @@
 backbone, the router weighs the operation experts, a composition predicts the value, and the value
 is substituted into the next step (redkit.programs.execute_batch runs the rounds)."""
 
+from typing import NamedTuple
+
 import numpy as np
 import torch
 from sklearn.metrics import f1_score
@@ -14,12 +16,20 @@ from redkit.programs import Call, Program, execute_batch, step_question
 from redkit.steps.run import StepsRun
 
 
+class StepTrace(NamedTuple):
+    question: str  # the resolved step as the experts were asked it
+    weights: list[float] | None  # (K,) expert weights of the composition, where it has any
+    value: int
+
+
 class NeuralExecutor:
     """A batch step function for `execute_batch`, answering with one composition of the run."""
 
-    def __init__(self, run: StepsRun, modules: ModuleSet, composition: str, cache: dict[str, torch.Tensor]):
+    def __init__(self, run: StepsRun, modules: ModuleSet, composition: str, cache: dict[str, torch.Tensor],
+                 trace: list[StepTrace] | None = None):
         self.run, self.modules, self.composition = run, modules, composition
         self.cache = cache  # question text -> (d,) features, shared by every composition
+        self.trace = trace  # when a list, every step answered is appended to it
 
     def features(self, texts: list[str]) -> torch.Tensor:
         missing = sorted({t for t in texts if t not in self.cache})
@@ -29,18 +39,28 @@ class NeuralExecutor:
         return torch.stack([self.cache[t] for t in texts]).to(self.run.device)
 
     def __call__(self, calls: list[Call]) -> list[int]:
-        h = self.features([step_question(a, op, b) for a, op, b in calls])  # (N, d)
-        # The true operation, used only by the oracle compositions (red_oracle, oracle).
-        ops = torch.tensor([self.run.space.domains.index(OPERATION_NAMES[op]) for _, op, _ in calls], device=h.device)
+        questions = [step_question(a, op, b) for a, op, b in calls]
+        h = self.features(questions)  # (N, d)
+        # The true operation, used only by the oracle compositions (red_oracle, oracle); a step whose
+        # operation has no expert in this run (a * before the plug-in) gets expert 0, never a crash.
+        domains = self.run.space.domains
+        ops = torch.tensor([domains.index(name) if (name := OPERATION_NAMES[op]) in domains else 0 for _, op, _ in calls],
+                           device=h.device)
         composed = compose(self.composition, self.modules, h, ops)
-        return [class_to_answer(int(c)) for c in composed.probs.argmax(dim=-1).cpu()]
+        values = [class_to_answer(int(c)) for c in composed.probs.argmax(dim=-1).cpu()]
+        if self.trace is not None:
+            weights = composed.weights.cpu().tolist() if composed.weights is not None else [None] * len(calls)
+            self.trace += [StepTrace(q, w, v) for q, w, v in zip(questions, weights, values)]
+        return values
 
 
-def execution_metrics(programs: list[Program], answers: list[int], executor: NeuralExecutor) -> dict:
-    """Exact accuracy and macro-F1 of the final answers, overall and by number of steps."""
+def execution_metrics(programs: list[Program], answers: list[int], executor: NeuralExecutor,
+                      num_steps: list[int] | None = None) -> dict:
+    """Exact accuracy and macro-F1 of the final answers, overall and by number of steps (the
+    programs' own, or `num_steps` when the true counts are known and the programs are predicted)."""
     predicted = np.array([run.answer for run in execute_batch(programs, executor, value_range=None)])
     true = np.array(answers)
-    steps = np.array([p.num_steps for p in programs])
+    steps = np.array(num_steps if num_steps is not None else [p.num_steps for p in programs])
 
     def scores(rows: np.ndarray) -> dict:
         t, p = true[rows], predicted[rows]

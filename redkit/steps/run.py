@@ -1,19 +1,27 @@
 """A run whose experts are arithmetic operations instead of answer ranges.
 
 Its data is the operation experts' data (DESIGN.md decision 8): "What is 56 minus 36?" for each
-operation, 20k examples each, structure-disjoint splits; an example's domain is its operation.
-Everything else (stage base on a balanced 10%, experts trained alone, router, gate) is the text
-pipeline unchanged.
+operation, 20k examples each; an example's domain is its operation. Everything else (stage base,
+experts trained alone, router, gate) is the text pipeline unchanged.
+
+Two datasets, two splits. The operation data is split at random by default: the executor may ask
+about any valid step, so every step must be one the experts have learnt (operations.py deals the
+pairs so that train holds all but ~0.2 % of them), and the single-step test then measures recall,
+as on the original authors' data. What is held out is the *programs*: the decomposer's data (its
+own config, `decomposer`), structure-disjoint, whose test programs are the ones executed. `--op-split
+structure` trains on disjoint operand pairs instead, to measure how a step expert generalises.
 """
 
 import json
 from dataclasses import dataclass, field, replace
 from functools import cached_property
+from pathlib import Path
 
 from redkit.atomic import write_json, write_jsonl
 from redkit.data.generate import HELDOUT, SPLITS, DataConfig, generate, summarize
 from redkit.data.records import Example
 from redkit.data.vocabulary import NUM_CLASSES
+from redkit.decomposer.train import DecomposerConfig
 from redkit.errors import RedkitError
 from redkit.run import DEFAULT_STAGE_OVERRIDES, Run, RunConfig
 from redkit.space import LabelSpace
@@ -32,7 +40,9 @@ def _steps_overrides() -> dict[str, dict]:
 class StepsConfig(RunConfig):
     task: str = "steps"
     operations: tuple[str, ...] = ("add", "sub")  # one expert each; "mul" can be plugged in later
-    data: DataConfig = field(default_factory=lambda: DataConfig(task="op_add", n=20_000))  # n per operation
+    data: DataConfig = field(default_factory=lambda: DataConfig(task="op_add", n=20_000, split="random"))  # n per operation
+    decomposer: DecomposerConfig = field(default_factory=DecomposerConfig)  # its data holds the programs executed
+    decomposer_dir: str | None = None  # where the decomposer is trained or reused (None: <run>/decomposer)
     base_fraction: float = 0.25
     stage_overrides: dict[str, dict] = field(default_factory=_steps_overrides)
 
@@ -43,6 +53,10 @@ class StepsRun(Run):
     @cached_property
     def space(self) -> LabelSpace:
         return LabelSpace(num_classes=NUM_CLASSES, domains=tuple(self.config.operations))
+
+    @property
+    def decomposer_dir(self) -> Path:
+        return Path(self.config.decomposer_dir) if self.config.decomposer_dir else self.dir / "decomposer"
 
     def domain_label(self, example: Example) -> int:
         if example.operation not in self.config.operations:

@@ -1,0 +1,108 @@
+"""Plugging a new operation expert into a trained steps run (issue 3, item 7): the modular claim.
+
+    <parent run>  backbone_top, classifier, experts add/sub, heads add/sub   ──copied, never retrained──┐
+                                                                                                        ▼
+    <new run>     + expert mul and head mul, each trained alone on "What is 6 times 7?" data
+                  + router and gate over add/sub/mul (the only modules that see every operation)
+                  + a decomposer whose data includes `times` (decomposer_times), trained beside the
+                    parent's, which is left as it was
+
+Mixed programs (the decomposer_times test split: +, - and * steps) are executed before the plug-in
+(the parent run: a * step goes to the add or sub expert) and after it, with gold programs and with
+the times-aware decomposer's programs. The parent run directory is only read.
+"""
+
+import hashlib
+import shutil
+import time
+from dataclasses import replace
+from pathlib import Path
+
+from redkit.atomic import write_json, write_text
+from redkit.data.expression import OPERATION_NAMES
+from redkit.decomposer.train import train_decomposer
+from redkit.errors import RedkitError
+from redkit.modules.store import module_exists
+from redkit.provenance import provenance
+from redkit.report import markdown_table, run_footer
+from redkit.steps.benchmark import execute_sources, program_data
+from redkit.steps.run import StepsRun
+from redkit.train.stages import STAGES
+
+TIMES_TASK = "decomposer_times"  # the decomposer data with * steps
+
+
+def frozen_parts(run: StepsRun) -> list[tuple[str, ...]]:
+    """The modules the plug-in copies and must leave bit-identical."""
+    return [("backbone_top",), ("classifier",), ("heads", "global_full"),
+            *(("experts", "residual", op) for op in run.config.operations), *(("heads", op) for op in run.config.operations)]
+
+
+def module_digest(directory: Path) -> str:
+    return hashlib.sha256((directory / "model.safetensors").read_bytes()).hexdigest()
+
+
+def plug_in(parent_dir: Path, out: Path, operation: str, decomposer_dir: Path | None = None,
+            print_fn=print) -> dict:
+    wall = time.perf_counter()
+    parent = StepsRun(parent_dir)
+    if operation not in OPERATION_NAMES.values():
+        raise RedkitError(f"unknown operation {operation!r} (expected one of {', '.join(OPERATION_NAMES.values())})")
+    if operation in parent.config.operations:
+        raise RedkitError(f"{parent_dir} already has an expert for {operation!r}")
+    for parts in frozen_parts(parent):
+        if not module_exists(parent.module_dir(*parts)):
+            raise RedkitError(f"{parent.module_dir(*parts)}: missing; finish the parent run first (redkit reproduce steps)")
+    config = replace(parent.config, operations=(*parent.config.operations, operation),
+                     decomposer=replace(parent.config.decomposer, task=TIMES_TASK),
+                     decomposer_dir=str(decomposer_dir.resolve()) if decomposer_dir else None)
+    run = StepsRun(out, config)
+    for parts in frozen_parts(parent):
+        if not module_exists(run.module_dir(*parts)):
+            shutil.copytree(parent.module_dir(*parts), run.module_dir(*parts), dirs_exist_ok=True)
+    before_digests = {"/".join(p): module_digest(parent.module_dir(*p)) for p in frozen_parts(parent)}
+    run.prepare_data()  # the parent's operations' data (same generator and seed) plus the new one's
+
+    start = time.perf_counter()
+    decomposer = train_decomposer(run.decomposer_dir, config.decomposer, print_fn)
+    run.add_time("decomposer", time.perf_counter() - start)
+    new = [run.space.domains.index(operation)]
+    STAGES["experts"](run, domains=new, kinds=("residual",))
+    STAGES["heads"](run, domains=new)
+    STAGES["router"](run)
+    STAGES["gate"](run)
+    unchanged = all(module_digest(run.module_dir(*p.split("/"))) == d for p, d in before_digests.items())
+
+    start = time.perf_counter()
+    data = program_data(config.decomposer)
+    results = {"task": "plug-in", "operation": operation, "parent": str(parent_dir), "seed": config.seed,
+               "frozen_modules_unchanged": unchanged, "frozen_modules": sorted(before_digests),
+               "decomposer": {"dir": str(run.decomposer_dir),
+                              "splits": {s: {k: m[k] for k in ("count", "exact_match")} for s, m in decomposer["splits"].items()}},
+               "before": execute_sources(parent, data, decomposer_dir=run.decomposer_dir),
+               "after": execute_sources(run, data)}
+    run.add_time("execute", time.perf_counter() - start)
+    results |= {"provenance": provenance(), "wall_seconds_per_stage": dict(run.timings),
+                "wall_seconds_this_call": time.perf_counter() - wall}
+    write_json(run.dir / "results.json", results)
+    text = render(results)
+    write_text(run.dir / "report.md", text)
+    print_fn(text)
+    return results
+
+
+def render(results: dict) -> str:
+    out = [f"# plug-in: a {results['operation']} expert added to {results['parent']}", "",
+           f"Copied modules unchanged after the plug-in (sha256 of their weights): {results['frozen_modules_unchanged']} "
+           f"({', '.join(results['frozen_modules'])})", "",
+           "Times-aware decomposer, program exact-match: " + ", ".join(
+               f"{s} {m['exact_match']:.4f}" for s, m in results["decomposer"]["splits"].items()), ""]
+    for source in results["after"]:
+        rows = []
+        for when in ("before", "after"):
+            for mode, m in results[when][source].items():
+                rows.append([when, mode, *(f"{v['accuracy']:.4f}" for v in m.values())])
+        keys = list(next(iter(results["after"][source].values())))
+        out += [f"## Mixed programs (+, -, *), {source} programs: exact accuracy", "",
+                markdown_table(["", "Routing", *keys], rows), ""]
+    return "\n".join(out + run_footer(results))
