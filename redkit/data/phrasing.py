@@ -7,12 +7,13 @@ what do you get?" reorders the first step and joins the others with commas and "
 style *names* as their templates, so generate.py handles them exactly like task1's format strings.
 
 Training and held-out styles are disjoint sets of phrasings (DESIGN.md decision 10). A held-out
-style is a new *sentence* built from words and word orders that training does teach somewhere else,
-as a reader would meet a new way of asking: "Subtract 3 from the result of 12 minus 5 plus 9."
-joins the "subtract 5 from 12" of `if_you` to the last-step-first order of `less_than`, and
-"Begin with 12, decrease it by 5, ..." says the steps of `start` with the verbs of `verbal`.
-A word that no training sentence contains could not be learnt from this data by any model, so
-it would test the backbone's pretraining rather than the method.
+style is a new sentence frame ("Find the value of ...", "... equals what?") around operator words
+and word orders that training teaches elsewhere, as a reader meets a new way of asking:
+"Subtract 3 from the result of 12 minus 5 plus 9." joins the "subtract 5 from 12" of `if_you` to
+the "3 less than the result of ..." of `less_than`, and "Begin with 12, decrease it by 5, ..." says
+the steps of `start` with the verbs of `think_of`. An operator word that no training sentence
+contains could not be learnt from this data by any model; it would test the backbone's
+pretraining rather than the method.
 """
 
 from typing import Callable, Sequence
@@ -25,8 +26,8 @@ FIRST = {"+": "add {b} to {a}", "-": "subtract {b} from {a}", "*": "multiply {a}
 TAKE = {"+": "add {x}", "-": "take away {x}", "*": "multiply by {x}"}  # "Start with 12, take away 5, ..."
 CHANGE = {"+": "increase it by {x}", "-": "decrease it by {x}", "*": "multiply it by {x}"}  # "..., then decrease it by 9"
 TAKE_FIRST = {"+": "increase {a} by {b}", "-": "take {b} away from {a}", "*": "scale {a} by a factor of {b}"}
-# The last operand named first: "3 less than 12 minus 5" ("3 times 12 times 5" would read as the chain style).
-LAST_FIRST = {"+": "{b} more than {a}", "-": "{b} less than {a}", "*": "{b} times the value of {a}"}
+# The last operand named first: "3 less than the result of 12 minus 5".
+LAST_FIRST = {"+": "{b} more than {a}", "-": "{b} less than {a}", "*": "{b} multiplied by {a}"}
 
 
 def spoken(operands: Sequence[int], operators: Sequence[str]) -> str:
@@ -81,9 +82,21 @@ def verbal(operands, operators):
     return f"{text[0].upper()}{text[1:]}. What is the answer?"
 
 
+def think_of(operands, operators):
+    """'Think of 12. Decrease it by 5, then increase it by 9. What do you have now?'"""
+    steps = [CHANGE[op].format(x=x) for op, x in zip(operators, operands[1:])]
+    return f"Think of {operands[0]}. {', then '.join(steps).capitalize()}. What do you have now?"
+
+
+def _result_of(operands, operators) -> str:
+    """'the result of 12 minus 5', or just '12' when there is no operation to take the result of."""
+    prefix = spoken(operands, operators)
+    return f"the result of {prefix}" if operators else prefix
+
+
 def less_than(operands, operators):
-    """'What is 3 less than 12 minus 5 plus 9?' (the last operand named first)"""
-    return f"What is {LAST_FIRST[operators[-1]].format(a=spoken(operands[:-1], operators[:-1]), b=operands[-1])}?"
+    """'What is 3 less than the result of 12 minus 5 plus 9?' (the last operand named first)"""
+    return f"What is {LAST_FIRST[operators[-1]].format(a=_result_of(operands[:-1], operators[:-1]), b=operands[-1])}?"
 
 
 def symbols(operands, operators):
@@ -117,16 +130,14 @@ def take_away(operands, operators):
 
 def result_of(operands, operators):
     """'Subtract 3 from the result of 12 minus 5 plus 9.' (the last step named first)"""
-    prefix = spoken(operands[:-1], operators[:-1])
-    a = f"the result of {prefix}" if len(operators) > 1 else prefix
-    text = FIRST[operators[-1]].format(a=a, b=operands[-1])
+    text = FIRST[operators[-1]].format(a=_result_of(operands[:-1], operators[:-1]), b=operands[-1])
     return text[0].upper() + text[1:] + "."
 
 
 STYLES: dict[str, Style] = {
     "chain": question, "bare": spoken, "compute": compute, "if_you": if_you, "start": start, "symbols": symbols,
-    "verbal": verbal, "less_than": less_than, "find": find, "equals": equals, "begin": begin, "take_away": take_away, "result_of": result_of,
+    "verbal": verbal, "less_than": less_than, "think_of": think_of, "find": find, "equals": equals, "begin": begin, "take_away": take_away, "result_of": result_of,
 }
-TRAIN_STYLES = ("chain", "compute", "if_you", "start", "symbols", "bare", "verbal", "less_than")
+TRAIN_STYLES = ("chain", "compute", "if_you", "start", "symbols", "bare", "verbal", "less_than", "think_of")
 HELDOUT_STYLES = ("find", "begin", "take_away", "result_of", "equals")
 assert not set(TRAIN_STYLES) & set(HELDOUT_STYLES) and set(TRAIN_STYLES) | set(HELDOUT_STYLES) == set(STYLES)
