@@ -9,11 +9,11 @@ style *names* as their templates, so generate.py handles them exactly like task1
 Training and held-out styles are disjoint sets of phrasings (DESIGN.md decision 10). A held-out
 style is a new sentence frame ("Find the value of ...", "... equals what?") around operator words
 and word orders that training teaches elsewhere, as a reader meets a new way of asking:
-"Subtract 3 from the result of 12 minus 5 plus 9." joins the "subtract 5 from 12" of `if_you` to
-the "3 less than the result of ..." of `less_than`, and "Begin with 12, decrease it by 5, ..." says
-the steps of `start` with the verbs of `think_of`. An operator word that no training sentence
-contains could not be learnt from this data by any model; it would test the backbone's
-pretraining rather than the method.
+"Subtract 3 from the result of 12 minus 5 plus 9." says the "Take 3 away from the result of ..."
+of `take_from` with the verb of `if_you`'s "subtract 5 from 12", and "Begin with 12, decrease it
+by 5, ..." says the steps of `start` with the verbs of `think_of`. An operator word that no
+training sentence contains could not be learnt from this data by any model; it would test the
+backbone's pretraining rather than the method.
 """
 
 from typing import Callable, Sequence
@@ -104,6 +104,12 @@ def symbols(operands, operators):
     return "Calculate " + " ".join([str(operands[0])] + [f"{op} {x}" for op, x in zip(operators, operands[1:])]) + "."
 
 
+def take_from(operands, operators):
+    """'Take 3 away from the result of 12 minus 5 plus 9. What is the outcome?' (the last step named first)"""
+    text = TAKE_FIRST[operators[-1]].format(a=_result_of(operands[:-1], operators[:-1]), b=operands[-1])
+    return f"{text[0].upper()}{text[1:]}. What is the outcome?"
+
+
 # --- held-out styles --------------------------------------------------------------------------
 
 def find(operands, operators):
@@ -136,8 +142,9 @@ def result_of(operands, operators):
 
 STYLES: dict[str, Style] = {
     "chain": question, "bare": spoken, "compute": compute, "if_you": if_you, "start": start, "symbols": symbols,
-    "verbal": verbal, "less_than": less_than, "think_of": think_of, "find": find, "equals": equals, "begin": begin, "take_away": take_away, "result_of": result_of,
+    "verbal": verbal, "less_than": less_than, "think_of": think_of, "take_from": take_from,
+    "find": find, "equals": equals, "begin": begin, "take_away": take_away, "result_of": result_of,
 }
-TRAIN_STYLES = ("chain", "compute", "if_you", "start", "symbols", "bare", "verbal", "less_than", "think_of")
+TRAIN_STYLES = ("chain", "compute", "if_you", "start", "symbols", "bare", "verbal", "less_than", "think_of", "take_from")
 HELDOUT_STYLES = ("find", "begin", "take_away", "result_of", "equals")
 assert not set(TRAIN_STYLES) & set(HELDOUT_STYLES) and set(TRAIN_STYLES) | set(HELDOUT_STYLES) == set(STYLES)
