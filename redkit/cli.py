@@ -312,11 +312,10 @@ def _open_run(path: Path):
     return (StepsRun if task == "steps" else Run)(path)
 
 
-def _steps_compositions(names: list[str] | None) -> list[str]:
+def _compositions(names: list[str] | None, default: list[str]) -> list[str]:
     from redkit.compositions import COMPOSITIONS
-    from redkit.steps.benchmark import MODES
 
-    names = names or list(MODES.values())
+    names = names or default
     for name in names:
         COMPOSITIONS[name]  # unknown names fail before any work
     return names
@@ -332,8 +331,9 @@ def cmd_eval(args) -> None:
     if isinstance(run, StepsRun):
         from redkit.steps.questions import evaluate_questions
 
-        names = _steps_compositions(args.composition)
-        result = evaluate_questions(run, read_jsonl(args.data), names)
+        from redkit.steps.benchmark import MODES
+
+        result = evaluate_questions(run, read_jsonl(args.data), _compositions(args.composition, list(MODES.values())))
         match = result["program_exact_match"]
         print(f"{args.data}: {result['n']} questions, decomposed and executed; program exact-match "
               + (f"{match:.4f}" if match is not None else "n/a (the file has no programs)"))
@@ -343,9 +343,7 @@ def cmd_eval(args) -> None:
             print(f"{name:14s} " + " ".join(f"{m[g]['accuracy']:11.4f}" for g in groups))
         print("n: " + ", ".join(f"{g} {m['n']}" for g, m in next(iter(result["compositions"].values())).items()))
         return
-    names = args.composition or COMPOSITIONS.names()
-    for name in names:
-        COMPOSITIONS[name]  # unknown names fail before any work
+    names = _compositions(args.composition, COMPOSITIONS.names())
     results = evaluate_file(run, ModuleSet(run), args.data, names)
     print(f"{args.data}: {next(iter(results.values()))['n']} examples")
     print(f"{'composition':14s} {'accuracy':>9s} {'range acc':>9s} {'macro-F1':>9s}")

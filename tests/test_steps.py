@@ -10,7 +10,7 @@ from redkit.data.records import Example
 from redkit.errors import RedkitError
 from redkit.programs import exact
 from redkit.steps import StepsConfig, StepsRun
-from redkit.decomposer import DecomposerConfig
+from redkit.decomposer import DecomposerConfig, train_decomposer
 from redkit.programs import parse_program
 from redkit.steps.benchmark import MODES, SOURCES, program_data
 from redkit.steps.execute import execution_metrics
@@ -110,3 +110,9 @@ def test_a_multiplication_expert_plugs_in_without_retraining_anything_else(tiny_
     assert set(results["before"]) == set(results["after"]) == set(SOURCES)
     assert {p: p.read_bytes() for p in parent_files} == parent_files  # the parent run is only read
     assert main(["add-expert", "--run", str(tiny_run), "--operation", "add", "--out", str(tmp_path / "again")]) == 2
+
+
+def test_a_decomposer_trained_on_other_data_is_not_reused(tiny_run):
+    """Its test split could hold questions it was trained on."""
+    with pytest.raises(RedkitError, match="trained on other data"):
+        train_decomposer(tiny_run / "decomposer", DecomposerConfig(n=400), print_fn=lambda _: None)
