@@ -159,6 +159,7 @@ def test_chain_space_counts_and_draws_exactly_the_valid_chains():
                 valid.add(expr)
     space = chain_space(config, 2, (2, 20))
     assert sum(space.ways[0].values()) == len(valid)
+    assert sorted(space.all(), key=lambda e: e.key) == sorted(valid, key=lambda e: e.key)  # each exactly once
     rng = random.Random(0)
     assert {space.sample(rng) for _ in range(30 * len(valid))} == valid
     assert {_probability(space, expr) for expr in valid} == {Fraction(1, len(valid))}  # exactly uniform
