@@ -7,17 +7,16 @@ import pytest
 
 from redkit.cli import main
 from redkit.data.records import Example
+from redkit.decomposer import DecomposerConfig, decomposer_data, train_decomposer
 from redkit.errors import RedkitError
-from redkit.programs import exact
+from redkit.programs import exact, parse_program
 from redkit.steps import StepsConfig, StepsRun
-from redkit.decomposer import DecomposerConfig, train_decomposer
-from redkit.programs import parse_program
-from redkit.steps.benchmark import MODES, SOURCES, program_data
+from redkit.steps.benchmark import MODES, SOURCES
 from redkit.steps.execute import execution_metrics
 
 
 def _gold(n: int) -> tuple[list, list[int]]:
-    test = program_data(DecomposerConfig(n=n))["test"]
+    test = decomposer_data(DecomposerConfig(n=n))["test"]
     return [parse_program(ex.program) for ex in test], [ex.answer for ex in test]
 
 

@@ -3,5 +3,5 @@ copied from the text, never computed. `reproduce_decomposer` trains and evaluate
 
 from redkit.decomposer.model import (DecomposerHead, HeadConfig, StepDecomposer, decode,  # noqa: F401
                                      extract_numbers, number_positions)
-from redkit.decomposer.train import (DecomposerConfig, alignment, load_decomposer,  # noqa: F401
+from redkit.decomposer.train import (DecomposerConfig, alignment, decomposer_data, load_decomposer,  # noqa: F401
                                      reproduce_decomposer, score_programs, train_decomposer)

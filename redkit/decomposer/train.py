@@ -277,6 +277,11 @@ def _operators(task: str) -> tuple[str, ...]:
     return tuple(config.operators)
 
 
+def decomposer_data(config: DecomposerConfig) -> dict[str, list[Example]]:
+    """The dataset a config trains on and is evaluated on (also the programs `reproduce steps` executes)."""
+    return generate(DataConfig(task=config.task, n=config.n, seed=config.seed, split=config.split))
+
+
 def train_decomposer(out_dir: str | Path, config: DecomposerConfig | None = None,
                      print_fn: Callable[[str], None] = print) -> dict:
     """Generate the data, train (or reuse the finished module in <out>/module), evaluate on test and
@@ -291,7 +296,7 @@ def train_decomposer(out_dir: str | Path, config: DecomposerConfig | None = None
 
     start = time.perf_counter()
     operators = _operators(config.task)
-    data = generate(DataConfig(task=config.task, n=config.n, seed=config.seed, split=config.split))
+    data = decomposer_data(config)
     train_examples = data["train"][:config.max_train] if config.max_train else data["train"]
     val_examples = data["val"][:config.max_val] if config.max_val else data["val"]
     splits = {"train": Split(train_examples, operators, "train"), "val": Split(val_examples, operators, "val")}

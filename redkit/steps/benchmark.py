@@ -10,9 +10,9 @@ from pathlib import Path
 
 from redkit.atomic import write_json, write_text
 from redkit.compositions import ModuleSet
-from redkit.data.generate import HELDOUT, DataConfig, generate
+from redkit.data.generate import HELDOUT
 from redkit.data.records import Example
-from redkit.decomposer.train import DecomposerConfig, load_decomposer, train_decomposer
+from redkit.decomposer.train import decomposer_data, load_decomposer, train_decomposer
 from redkit.pipeline import evaluate_run
 from redkit.programs import Program, parse_program
 from redkit.provenance import provenance
@@ -27,11 +27,6 @@ MODES = {"RED": "red", "MoE": "moe", "AllFix": "red_uniform", "RED, oracle α": 
 # Which programs are executed: (the decomposer data's split, whose programs).
 SOURCES = {"gold": ("test", "gold"), "decomposer": ("test", "decomposer"),
            "decomposer, held-out phrasings": (HELDOUT, "decomposer")}
-
-
-def program_data(config: DecomposerConfig) -> dict[str, list[Example]]:
-    """The decomposer dataset, generated exactly as the decomposer was trained on it."""
-    return generate(DataConfig(task=config.task, n=config.n, seed=config.seed, split=config.split))
 
 
 def execute_modes(run: StepsRun, modules: ModuleSet, cache: dict, programs: list[Program], answers: list[int]) -> dict[str, dict]:
@@ -88,7 +83,7 @@ def reproduce_steps(out: Path, config: StepsConfig, print_fn=print) -> dict:
                "decomposer": {"dir": str(run.decomposer_dir), "config": metrics["config"],
                               "splits": {split: {k: m[k] for k in ("count", "exact_match")} for split, m in metrics["splits"].items()}}}
     start = time.perf_counter()
-    results["execution"] = execute_sources(run, program_data(config.decomposer))
+    results["execution"] = execute_sources(run, decomposer_data(config.decomposer))
     run.add_time("execute", time.perf_counter() - start)
     results |= {"provenance": provenance(), "wall_seconds_per_stage": dict(run.timings),
                 "wall_seconds_this_call": time.perf_counter() - wall}

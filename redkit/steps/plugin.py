@@ -20,12 +20,12 @@ from pathlib import Path
 
 from redkit.atomic import write_json, write_text
 from redkit.data.expression import OPERATION_NAMES
-from redkit.decomposer.train import train_decomposer
+from redkit.decomposer.train import decomposer_data, train_decomposer
 from redkit.errors import RedkitError
 from redkit.modules.store import module_exists
 from redkit.provenance import provenance
 from redkit.report import markdown_table, run_footer
-from redkit.steps.benchmark import execute_sources, program_data
+from redkit.steps.benchmark import execute_sources
 from redkit.steps.run import StepsRun
 from redkit.train.stages import STAGES
 
@@ -74,7 +74,7 @@ def plug_in(parent_dir: Path, out: Path, operation: str, decomposer_dir: Path | 
     unchanged = all(module_digest(run.module_dir(*p.split("/"))) == d for p, d in before_digests.items())
 
     start = time.perf_counter()
-    data = program_data(config.decomposer)
+    data = decomposer_data(config.decomposer)
     results = {"task": "plug-in", "operation": operation, "parent": str(parent_dir), "seed": config.seed,
                "frozen_modules_unchanged": unchanged, "frozen_modules": sorted(before_digests),
                "decomposer": {"dir": str(run.decomposer_dir),
