@@ -6,14 +6,12 @@ from pathlib import Path
 
 import torch
 
-from redkit.atomic import write_json
 from redkit.compositions import COMPOSITIONS, ModuleSet
 from redkit.data.generate import HELDOUT
 from redkit.data.expression import OPERATORS
 from redkit.data.records import Example, read_jsonl
 from redkit.data.vocabulary import answer_to_class
 from redkit.evaluate import evaluate_compositions, routing_accuracy
-from redkit.provenance import provenance
 from redkit.report import write_report
 from redkit.run import Run, RunConfig
 from redkit.train.stages import PIPELINE, STAGES
@@ -68,10 +66,7 @@ def reproduce(out: Path, config: RunConfig, eval_files: tuple[Path, ...] = (), p
         outcome = STAGES[stage](run)
         print_fn(f"[{stage}] {outcome if len(str(outcome)) < 200 else str(outcome)[:200] + ' ...'}")
     results = evaluate_run(run, eval_files)
-    results |= {"task": config.task, "seed": config.seed, "config": asdict(run.config), "data": summary,
-                "provenance": provenance(), "wall_seconds_per_stage": dict(run.timings),
-                "wall_seconds_this_call": time.perf_counter() - wall}
-    write_json(run.dir / "results.json", results)
+    results = run.record(results | {"task": config.task, "seed": config.seed, "config": asdict(run.config), "data": summary}, wall)
     report = write_report(run.dir, results)
     print_fn(report)
     return results

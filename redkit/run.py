@@ -26,6 +26,7 @@ from redkit.data.vocabulary import answer_to_class
 from redkit.errors import RedkitError
 from redkit.features import cached_features, text_hash
 from redkit.modules.store import load_state, module_exists
+from redkit.provenance import provenance
 from redkit.space import ANSWER_RANGES, LabelSpace
 from redkit.train.loop import TrainConfig
 
@@ -147,6 +148,14 @@ class Run:
     def add_time(self, stage: str, seconds: float) -> None:
         self.timings[stage] = self.timings.get(stage, 0.0) + seconds
         write_json(self.dir / "timings.json", self.timings)
+
+    def record(self, results: dict, wall_start: float) -> dict:
+        """`results` with where they came from and the wall time of every stage and of this call
+        (since `wall_start`, a perf_counter reading), written to results.json: every benchmark's last step."""
+        results = results | {"provenance": provenance(), "wall_seconds_per_stage": dict(self.timings),
+                             "wall_seconds_this_call": time.perf_counter() - wall_start}
+        write_json(self.dir / "results.json", results)
+        return results
 
     # ---- data ------------------------------------------------------------------------------
 

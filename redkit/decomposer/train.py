@@ -42,6 +42,7 @@ from redkit.errors import RedkitError
 from redkit.features import PrefixStates, text_hash
 from redkit.modules.store import module_exists, read_meta
 from redkit.programs import Program, Step, execute, parse_program, render_program
+from redkit.provenance import provenance
 from redkit.train.loop import Checkpoint, TrainConfig, fit
 
 MODULE, METRICS, LOG = "module", "metrics.json", "log.jsonl"
@@ -378,12 +379,7 @@ def train_decomposer(out_dir: str | Path, config: DecomposerConfig | None = None
     timings["total"] = time.perf_counter() - wall
     metrics = {"task": config.task, "config": asdict(config), "module": str(module_dir),
                "backbone_fingerprint": fingerprint, "fit": fit_info, "splits": evaluation,
-               "wall_seconds": timings}
-    try:
-        from redkit.provenance import provenance
-        metrics["provenance"] = provenance()
-    except Exception:  # provenance is informative only
-        pass
+               "wall_seconds": timings, "provenance": provenance()}
     write_json(out / METRICS, metrics)
     print_fn(format_metrics(metrics))
     return metrics

@@ -16,7 +16,7 @@ from functools import partial
 from pathlib import Path
 from typing import Callable
 
-from redkit.atomic import write_json, write_text
+from redkit.atomic import write_text
 from redkit.compositions import COMPOSITIONS, ModuleSet
 from redkit.digits.base import stage_base
 from redkit.digits.config import DigitsConfig
@@ -24,7 +24,6 @@ from redkit.digits.data import DOMAIN_OF_CLASS
 from redkit.digits.report import render_report
 from redkit.digits.run import DigitsRun
 from redkit.evaluate import classification_metrics, evaluate_compositions, routing_accuracy
-from redkit.provenance import provenance
 from redkit.threads import one_thread
 from redkit.train.stages import PIPELINE, STAGES
 
@@ -108,10 +107,8 @@ def _reproduce(save_dir: Path, config: DigitsConfig, run_mode: str, print_fn: Ca
         emit(f"[{stage}] {_one_line(DIGITS_STAGES[stage](run))}")
     results = evaluate_digits(run, mode)
     data = summary | {"splits": {name: {k: v for k, v in split.items() if k != "indices"} for name, split in summary["splits"].items()}}
-    results = {"benchmark": "digits", "run": run_mode, "seed": run.config.seed, "config": asdict(run.config),
-               "data": data} | results | {"provenance": provenance(), "wall_seconds_per_stage": dict(run.timings),
-                                          "wall_seconds_this_call": time.perf_counter() - wall}
-    write_json(run.dir / "results.json", results)
+    results = run.record({"benchmark": "digits", "run": run_mode, "seed": run.config.seed, "config": asdict(run.config),
+                          "data": data} | results, wall)
     report = render_report(results)
     write_text(run.dir / "report.md", report)
     emit(report)

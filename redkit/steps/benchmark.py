@@ -8,14 +8,13 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 
-from redkit.atomic import write_json, write_text
+from redkit.atomic import write_text
 from redkit.compositions import ModuleSet
 from redkit.data.generate import HELDOUT
 from redkit.data.records import Example
 from redkit.decomposer.train import decomposer_data, load_decomposer, train_decomposer
 from redkit.pipeline import evaluate_run
 from redkit.programs import Program, parse_program
-from redkit.provenance import provenance
 from redkit.report import markdown_table, run_footer
 from redkit.steps.execute import NeuralExecutor, execution_metrics
 from redkit.steps.run import StepsConfig, StepsRun
@@ -27,6 +26,12 @@ MODES = {"RED": "red", "MoE": "moe", "AllFix": "red_uniform", "RED, oracle α": 
 # Which programs are executed: (the decomposer data's split, whose programs).
 SOURCES = {"gold": ("test", "gold"), "decomposer": ("test", "decomposer"),
            "decomposer, held-out phrasings": (HELDOUT, "decomposer")}
+
+
+def decomposer_summary(directory: Path, metrics: dict) -> dict:
+    """What a report keeps of train_decomposer's metrics: where it is, its config, exact-match per split."""
+    return {"dir": str(directory), "config": metrics["config"],
+            "splits": {split: {k: m[k] for k in ("count", "exact_match")} for split, m in metrics["splits"].items()}}
 
 
 def execute_modes(run: StepsRun, modules: ModuleSet, cache: dict, programs: list[Program], answers: list[int]) -> dict[str, dict]:
@@ -80,14 +85,11 @@ def reproduce_steps(out: Path, config: StepsConfig, print_fn=print) -> dict:
         print_fn(f"[{stage}] done")
     results = {"task": "steps", "seed": config.seed, "config": asdict(run.config), "data": summary,
                "single_step": evaluate_run(run),
-               "decomposer": {"dir": str(run.decomposer_dir), "config": metrics["config"],
-                              "splits": {split: {k: m[k] for k in ("count", "exact_match")} for split, m in metrics["splits"].items()}}}
+               "decomposer": decomposer_summary(run.decomposer_dir, metrics)}
     start = time.perf_counter()
     results["execution"] = execute_sources(run, decomposer_data(config.decomposer))
     run.add_time("execute", time.perf_counter() - start)
-    results |= {"provenance": provenance(), "wall_seconds_per_stage": dict(run.timings),
-                "wall_seconds_this_call": time.perf_counter() - wall}
-    write_json(run.dir / "results.json", results)
+    results = run.record(results, wall)
     text = render(results)
     write_text(run.dir / "report.md", text)
     print_fn(text)

@@ -18,14 +18,13 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from redkit.atomic import write_json, write_text
+from redkit.atomic import write_text
 from redkit.data.expression import OPERATION_NAMES
 from redkit.decomposer.train import decomposer_data, train_decomposer
 from redkit.errors import RedkitError
 from redkit.modules.store import module_exists
-from redkit.provenance import provenance
 from redkit.report import markdown_table, run_footer
-from redkit.steps.benchmark import execute_sources
+from redkit.steps.benchmark import decomposer_summary, execute_sources
 from redkit.steps.run import StepsRun
 from redkit.train.stages import STAGES
 
@@ -77,14 +76,11 @@ def plug_in(parent_dir: Path, out: Path, operation: str, decomposer_dir: Path | 
     data = decomposer_data(config.decomposer)
     results = {"task": "plug-in", "operation": operation, "parent": str(parent_dir), "seed": config.seed,
                "frozen_modules_unchanged": unchanged, "frozen_modules": sorted(before_digests),
-               "decomposer": {"dir": str(run.decomposer_dir),
-                              "splits": {s: {k: m[k] for k in ("count", "exact_match")} for s, m in decomposer["splits"].items()}},
+               "decomposer": decomposer_summary(run.decomposer_dir, decomposer),
                "before": execute_sources(parent, data, decomposer_dir=run.decomposer_dir),
                "after": execute_sources(run, data)}
     run.add_time("execute", time.perf_counter() - start)
-    results |= {"provenance": provenance(), "wall_seconds_per_stage": dict(run.timings),
-                "wall_seconds_this_call": time.perf_counter() - wall}
-    write_json(run.dir / "results.json", results)
+    results = run.record(results, wall)
     text = render(results)
     write_text(run.dir / "report.md", text)
     print_fn(text)
