@@ -1,3 +1,15 @@
 """redkit: modular learning by post-hoc recomposition (Residual Expert Decomposition)."""
 
+import os
+import platform
+
 __version__ = "0.1.0"
+
+# Same seed, same numbers, on any x86-64 CPU: PyTorch picks its CPU kernels by instruction set
+# (AVX-512 where the CPU has it, else AVX2), and the two round differently, so one run drifts
+# from another after a few thousand optimizer steps (a Task 1 run's MoE accuracy moved from 0.9914
+# to 0.9919 between two machines). Every x86-64 CPU of the last decade has AVX2, so redkit asks for
+# it unless told otherwise. This must happen before torch is first imported; results.json records
+# the kernels in use (provenance "cpu_capability"). Set ATEN_CPU_CAPABILITY yourself to override.
+if platform.machine().lower() in ("x86_64", "amd64"):
+    os.environ.setdefault("ATEN_CPU_CAPABILITY", "avx2")

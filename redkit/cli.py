@@ -210,6 +210,8 @@ def _steps_options(p: argparse.ArgumentParser) -> None:
                    help="split of the operation data (--split is the programs')")
     p.add_argument("--decomposer", type=Path, default=None,
                    help="train (or reuse, when trained on the same data) the decomposer here (default <out>/decomposer)")
+    p.add_argument("--eval", dest="eval_files", action="append", type=Path, default=[],
+                   help="also answer this JSONL file's questions by decomposition (evaluation only; repeatable)")
     _add_run_options(p)
 
 
@@ -221,7 +223,7 @@ def cmd_reproduce_steps(args) -> None:
     config.data.split = args.op_split
     config.decomposer = _decomposer_config(args, n=args.programs)
     config.decomposer_dir = str(args.decomposer.resolve()) if args.decomposer else None
-    reproduce_steps(args.out, config)
+    reproduce_steps(args.out, config, tuple(args.eval_files))
 
 
 def _decomposer_options(p: argparse.ArgumentParser) -> None:
@@ -333,10 +335,12 @@ def cmd_eval(args) -> None:
 
         from redkit.steps.benchmark import MODES
 
-        result = evaluate_questions(run, read_jsonl(args.data), _compositions(args.composition, list(MODES.values())))
+        # Any integer answer: a question answered by decomposition is not bound to 2..100.
+        result = evaluate_questions(run, read_jsonl(args.data, answers=None), _compositions(args.composition, list(MODES.values())))
         match = result["program_exact_match"]
         print(f"{args.data}: {result['n']} questions, decomposed and executed; program exact-match "
-              + (f"{match:.4f}" if match is not None else "n/a (the file has no programs)"))
+              + (f"{match:.4f} (the {result['with_program']} records with a program)" if match is not None
+                 else "n/a (no record has a program)"))
         groups = list(next(iter(result["compositions"].values())))
         print(f"{'composition':14s} " + " ".join(f"{g + ' acc':>11s}" for g in groups))
         for name, m in result["compositions"].items():
@@ -355,7 +359,7 @@ def cmd_predict(args) -> None:
     import torch
 
     from redkit.compositions import COMPOSITIONS, ModuleSet, compose
-    from redkit.data.vocabulary import SHORT_NAMES, class_to_answer, domain_of
+    from redkit.data.vocabulary import SHORT_NAMES, domain_of
     from redkit.features import encode
     from redkit.steps import StepsRun
 
@@ -378,7 +382,7 @@ def cmd_predict(args) -> None:
     with torch.no_grad():
         alpha_router = torch.softmax(modules.router()(h), dim=-1)[0]
     composed = compose(args.composition, modules, h, alpha_router.argmax().unsqueeze(0))
-    answer = class_to_answer(int(composed.probs[0].argmax()))
+    answer = run.space.value_of(int(composed.probs[0].argmax()))
     print(f"answer: {answer}  (range {SHORT_NAMES[domain_of(answer)]}, p = {composed.probs[0].max():.3f}, composition {args.composition})")
     weights = composed.weights[0] if composed.weights is not None else alpha_router
     print("expert weights: " + "  ".join(f"{name} {w:.3f}" for name, w in zip(run.space.domains, weights.tolist())))

@@ -18,32 +18,33 @@ import torch
 from sklearn.metrics import confusion_matrix, f1_score, precision_recall_fscore_support
 
 from redkit.compositions import ModuleSet, compose
-from redkit.data.vocabulary import BOUNDARY_ANSWERS, NUM_CLASSES, RANGES, SHORT_NAMES, class_to_answer
+from redkit.data.vocabulary import BOUNDARY_ANSWERS, MAX_ANSWER, MIN_ANSWER, RANGES, SHORT_NAMES
 
 
 def _macro_f1(true: np.ndarray, pred: np.ndarray, all_classes: bool = False) -> float:
-    labels = np.arange(NUM_CLASSES) if all_classes else np.unique(true)
+    labels = np.arange(MIN_ANSWER, MAX_ANSWER + 1) if all_classes else np.unique(true)
     return float(f1_score(true, pred, labels=labels, average="macro", zero_division=0))
 
 
 def _range_of(answers: np.ndarray) -> np.ndarray:
-    return np.searchsorted([hi for _, hi in RANGES], answers)  # label 0..4 of each answer
+    """Label 0..4 of each answer's range; -1 below 2..100 and 5 above it (no range)."""
+    return np.where(answers < MIN_ANSWER, -1, np.searchsorted([hi for _, hi in RANGES], answers))
 
 
-def prediction_metrics(pred_classes: np.ndarray, true_classes: np.ndarray) -> dict:
-    pred_answers, true_answers = class_to_answer(pred_classes), class_to_answer(true_classes)
+def prediction_metrics(pred_answers: np.ndarray, true_answers: np.ndarray) -> dict:
+    """Metrics of predicted vs true answers (N,), as values (not class indices)."""
     true_ranges = _range_of(true_answers)
-    out = {"n": int(len(true_classes)),
-           "accuracy": float((pred_classes == true_classes).mean()),
+    out = {"n": int(len(true_answers)),
+           "accuracy": float((pred_answers == true_answers).mean()),
            "range_accuracy": float((_range_of(pred_answers) == true_ranges).mean()),
-           "macro_f1": _macro_f1(true_classes, pred_classes),
+           "macro_f1": _macro_f1(true_answers, pred_answers),
            "per_range": {}, "boundary": {}}
     for label, name in enumerate(SHORT_NAMES):
         rows = true_ranges == label
         if rows.any():
-            out["per_range"][name] = {"n": int(rows.sum()), "accuracy": float((pred_classes[rows] == true_classes[rows]).mean()),
-                                      "macro_f1": _macro_f1(true_classes[rows], pred_classes[rows]),
-                                      "macro_f1_99": _macro_f1(true_classes[rows], pred_classes[rows], all_classes=True)}
+            out["per_range"][name] = {"n": int(rows.sum()), "accuracy": float((pred_answers[rows] == true_answers[rows]).mean()),
+                                      "macro_f1": _macro_f1(true_answers[rows], pred_answers[rows]),
+                                      "macro_f1_99": _macro_f1(true_answers[rows], pred_answers[rows], all_classes=True)}
     for answer in BOUNDARY_ANSWERS:
         rows = true_answers == answer
         if rows.any():
@@ -95,22 +96,24 @@ def accuracy_by(pred: np.ndarray, true: np.ndarray, keys: list[str]) -> dict[str
 def evaluate_compositions(modules: ModuleSet, h: torch.Tensor, classes: torch.Tensor, labels: torch.Tensor,
                           names: list[str], metrics: Callable[[np.ndarray, np.ndarray], dict] = prediction_metrics,
                           groups: dict[str, list[str]] | None = None) -> dict[str, dict]:
-    """{composition: metrics(pred classes, true classes)} on one set of features, with the mean
-    expert weights per true domain where the composition has weights, and accuracy per group
-    for each of `groups` ({"num_ops": one key per example, ...}) as result["by_num_ops"]."""
+    """{composition: metrics(predicted, true)} on one set of features, with the mean expert weights
+    per true domain where the composition has weights, and accuracy per group for each of
+    `groups` ({"num_ops": one key per example, ...}) as result["by_num_ops"]. Predictions are
+    passed to `metrics` as the values their classes stand for (the run's LabelSpace)."""
     h, labels = h.to(modules.run.device), labels.to(modules.run.device)
-    domains = modules.run.space.domains
+    space = modules.run.space
+    true = space.value_of(classes.numpy())
     results = {}
     for name in names:
         composed = compose(name, modules, h, labels)
-        pred = composed.probs.argmax(dim=-1).cpu().numpy()
-        result = metrics(pred, classes.numpy())
+        pred = space.value_of(composed.probs.argmax(dim=-1).cpu().numpy())
+        result = metrics(pred, true)
         for group, keys in (groups or {}).items():
-            result[f"by_{group}"] = accuracy_by(pred, classes.numpy(), keys)
+            result[f"by_{group}"] = accuracy_by(pred, true, keys)
         if composed.weights is not None:
-            weights, true = composed.weights.cpu(), labels.cpu()
-            result["mean_weights_by_domain"] = {domains[k]: weights[true == k].mean(dim=0).tolist()
-                                                for k in range(len(domains)) if (true == k).any()}
+            weights, domain = composed.weights.cpu(), labels.cpu()
+            result["mean_weights_by_domain"] = {space.domains[k]: weights[domain == k].mean(dim=0).tolist()
+                                                for k in range(space.num_domains) if (domain == k).any()}
         results[name] = result
     return results
 

@@ -10,7 +10,6 @@ from redkit.compositions import COMPOSITIONS, ModuleSet
 from redkit.data.generate import HELDOUT
 from redkit.data.expression import OPERATORS
 from redkit.data.records import Example, read_jsonl
-from redkit.data.vocabulary import answer_to_class
 from redkit.evaluate import evaluate_compositions, routing_accuracy
 from redkit.report import write_report
 from redkit.run import Run, RunConfig
@@ -31,7 +30,7 @@ def evaluate_file(run: Run, modules: ModuleSet, path: Path, names: list[str]) ->
     """Every composition on any JSONL file the loader reads (evaluation only, never training)."""
     examples = read_jsonl(path)
     h = run.features(f"file-{path.stem}", examples)
-    classes = torch.tensor([answer_to_class(ex.answer) for ex in examples])
+    classes = run.classes(examples)
     labels = torch.tensor([run.domain_label(ex) for ex in examples])
     return evaluate_compositions(modules, h, classes, labels, names, groups=structure_groups(examples))
 

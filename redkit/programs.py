@@ -22,7 +22,7 @@ from typing import Callable, NamedTuple, Sequence
 
 from redkit.data.expression import OPERATORS, Expression
 from redkit.data.phrasing import question
-from redkit.data.vocabulary import MAX_ANSWER, MIN_ANSWER
+from redkit.data.vocabulary import VOCABULARY  # every step value must lie here unless a caller says otherwise
 from redkit.errors import RedkitError
 
 Operand = int | str  # a literal integer, or a variable "x1", "x2", ...
@@ -30,7 +30,6 @@ Call = tuple[int, str, int]  # one resolved step: (a, op, b)
 StepFn = Callable[[int, str, int], int]
 BatchStepFn = Callable[[list[Call]], Sequence[int]]
 
-VOCABULARY = (MIN_ANSWER, MAX_ANSWER)  # every step value must lie here, so neural execution can produce it
 _TOKEN = re.compile(r"\d+|[A-Za-z_]\w*|\S")  # numbers, words (Step, x1), single symbols
 _VARIABLE = re.compile(r"x[1-9]\d*")
 

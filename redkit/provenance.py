@@ -39,5 +39,6 @@ def provenance() -> dict:
 
     return {"redkit": __version__, "git_commit": git_commit(), "versions": versions(),
             "machine": {"platform": platform.platform(), "processor": platform.machine(),
-                        "torch_threads": torch.get_num_threads(),
+                        "torch_threads": torch.get_num_threads(),  # the reduction order depends on it too
+                        "cpu_capability": torch.backends.cpu.get_cpu_capability(),
                         "cuda": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None}}

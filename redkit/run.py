@@ -22,7 +22,6 @@ from redkit.atomic import write_json
 from redkit.backbone import Backbone, BackboneConfig
 from redkit.data.generate import HELDOUT, SPLITS, DataConfig, generate, write_dataset
 from redkit.data.records import Example, read_jsonl
-from redkit.data.vocabulary import answer_to_class
 from redkit.errors import RedkitError
 from redkit.features import cached_features, text_hash
 from redkit.modules.store import load_state, module_exists
@@ -168,7 +167,7 @@ class Run:
 
     @cached_property
     def splits(self) -> dict[str, list[Example]]:
-        return {name: read_jsonl(self.dir / "data" / f"{name}.jsonl") for name in (*SPLITS, HELDOUT)}
+        return {name: read_jsonl(self.dir / "data" / f"{name}.jsonl", answers=self.space.value_range) for name in (*SPLITS, HELDOUT)}
 
     def base_subset(self) -> list[int]:
         """Indices into train of stage base's label-balanced `base_fraction`, fixed once per run."""
@@ -182,7 +181,7 @@ class Run:
         for label in range(self.space.num_domains):
             pool = [i for i, ex in enumerate(train) if self.domain_label(ex) == label]
             if len(pool) < per_domain:
-                raise RedkitError(f"train has {len(pool)} examples of range {label}, fewer than the {per_domain} stage base needs")
+                raise RedkitError(f"train has {len(pool)} examples of domain {self.space.domains[label]}, fewer than the {per_domain} stage base needs")
             chosen += rng.sample(pool, per_domain)
         chosen.sort()
         write_json(path, chosen)
@@ -229,6 +228,9 @@ class Run:
     def split_tensors(self, name: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """(h (N, d), answer classes (N,), domain labels (N,)) of a split."""
         examples = self.splits[name]
-        return (self.features(name, examples), torch.tensor([answer_to_class(ex.answer) for ex in examples]),
-                torch.tensor([self.domain_label(ex) for ex in examples]))
+        return self.features(name, examples), self.classes(examples), torch.tensor([self.domain_label(ex) for ex in examples])
+
+    def classes(self, examples: list[Example]) -> torch.Tensor:
+        """(N,) answer classes; an answer this run has no class for is an error naming its record."""
+        return torch.tensor([self.space.class_of(ex.answer, f"record {ex.id} ({ex.question!r})") for ex in examples])
 

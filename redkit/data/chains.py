@@ -23,7 +23,6 @@ from redkit import programs  # module import: redkit.programs imports redkit.dat
 from redkit.data import phrasing
 from redkit.data.expression import OPERATORS, Expression
 from redkit.data.tasks import TextTask
-from redkit.data.vocabulary import RANGES
 from redkit.errors import RedkitError
 
 Range = tuple[int, int]  # inclusive
@@ -145,13 +144,13 @@ class ChainTask(TextTask):
         self._lengths = [n for n, _ in self.config.num_ops]
         self._cumulative = list(itertools.accumulate(p for _, p in self.config.num_ops))
 
-    def space(self, num_ops: int, label: int) -> ChainSpace:
-        return chain_space(self.config, num_ops, RANGES[label])
+    def space(self, num_ops: int, band: int) -> ChainSpace:
+        return chain_space(self.config, num_ops, self.bands[band])
 
-    def sample(self, rng: random.Random, label: int) -> Expression:
-        """Draw the length from config.num_ops, then a uniform valid chain of that length and range."""
+    def sample(self, rng: random.Random, band: int) -> Expression:
+        """Draw the length from config.num_ops, then a uniform valid chain of that length and band."""
         i = min(bisect.bisect_right(self._cumulative, rng.random()), len(self._lengths) - 1)
-        return self.space(self._lengths[i], label).sample(rng)
+        return self.space(self._lengths[i], band).sample(rng)
 
     def render(self, expression: Expression, template: str) -> str:
         return phrasing.STYLES[template](expression.operands, expression.operators)

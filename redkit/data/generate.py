@@ -6,7 +6,8 @@ Splits (DESIGN.md decision 6):
 - `random`: the paper's protocol; examples are drawn first and shuffled into splits, so the same
   structure (even the same question) can appear in train and test.
 
-Each split holds exactly the same number of examples per range. A fourth file,
+Each split holds exactly the same number of examples per answer band of the task (the ranges
+R1..R5 unless the task says otherwise). A fourth file,
 `test_heldout_templates.jsonl`, re-phrases every test expression with a held-out template.
 """
 
@@ -20,7 +21,7 @@ from redkit.atomic import write_json, write_jsonl
 from redkit.data.expression import Expression
 from redkit.data.records import Example
 from redkit.data.tasks import TASKS, TextTask
-from redkit.data.vocabulary import NUM_DOMAINS, domain_of
+from redkit.data.vocabulary import NUM_DOMAINS, domain_of, in_vocabulary
 from redkit.errors import RedkitError
 
 SPLITS = ("train", "val", "test")
@@ -54,9 +55,9 @@ def split_of(key: str, seed: int, fractions: tuple[float, ...]) -> str:
     return SPLITS[-1]
 
 
-def _per_domain(total: int) -> list[int]:
-    """Split `total` into NUM_DOMAINS counts that differ by at most one."""
-    return [total // NUM_DOMAINS + (i < total % NUM_DOMAINS) for i in range(NUM_DOMAINS)]
+def _per_band(total: int, bands: int) -> list[int]:
+    """Split `total` into `bands` counts that differ by at most one."""
+    return [total // bands + (i < total % bands) for i in range(bands)]
 
 
 def _split_sizes(config: DataConfig) -> dict[str, int]:
@@ -65,20 +66,21 @@ def _split_sizes(config: DataConfig) -> dict[str, int]:
     return dict(zip(SPLITS, sizes))
 
 
-def _draw(task: TextTask, rng: random.Random, label: int, want_split: str | None, config: DataConfig) -> Expression:
-    """An expression of range `label`, belonging to `want_split` (None: any split)."""
+def _draw(task: TextTask, rng: random.Random, band: int, want_split: str | None, config: DataConfig) -> Expression:
+    """An expression of answer band `band`, belonging to `want_split` (None: any split)."""
     for _ in range(100_000):
-        expr = task.sample(rng, label)
+        expr = task.sample(rng, band)
         if want_split is None or split_of(expr.key, config.seed, config.fractions) == want_split:
             return expr
-    raise RedkitError(f"task {config.task!r}: range {label} has no structures in split {want_split!r}; use --split random")
+    low, high = task.bands[band]
+    raise RedkitError(f"task {config.task!r}: answers {low}..{high} have no structures in split {want_split!r}; use --split random")
 
 
 def _example(task: TextTask, rng: random.Random, expr: Expression, templates: tuple[str, ...], heldout: bool) -> Example:
     template_id = rng.randrange(len(templates))
     answer = expr.value
     return Example(id=-1, question=task.render(expr, templates[template_id]), answer=answer,
-                   label=domain_of(answer), num_ops=expr.num_ops,
+                   label=domain_of(answer) if in_vocabulary(answer) else None, num_ops=expr.num_ops,
                    template=f"{'heldout' if heldout else 'train'}/{template_id}", structure=expr.key,
                    **task.record_fields(expr))
 
@@ -89,17 +91,18 @@ def generate(config: DataConfig) -> dict[str, list[Example]]:
     rng = random.Random(config.seed)
     sizes = _split_sizes(config)
     exprs: dict[str, list[Expression]] = {}
+    bands = len(task.bands)
     if config.split == "structure":
         for split in SPLITS:
-            exprs[split] = [_draw(task, rng, label, split, config)
-                            for label, count in enumerate(_per_domain(sizes[split])) for _ in range(count)]
-    else:  # random: draw the whole pool per range, then deal each range's examples out to the splits
-        per_split_domain = {split: _per_domain(sizes[split]) for split in SPLITS}
+            exprs[split] = [_draw(task, rng, band, split, config)
+                            for band, count in enumerate(_per_band(sizes[split], bands)) for _ in range(count)]
+    else:  # random: draw the whole pool per band, then deal each band's examples out to the splits
+        per_split_band = {split: _per_band(sizes[split], bands) for split in SPLITS}
         exprs = {split: [] for split in SPLITS}
-        for label in range(NUM_DOMAINS):
-            pool = [_draw(task, rng, label, None, config) for _ in range(sum(per_split_domain[s][label] for s in SPLITS))]
+        for band in range(bands):
+            pool = [_draw(task, rng, band, None, config) for _ in range(sum(per_split_band[s][band] for s in SPLITS))]
             for split in SPLITS:
-                count = per_split_domain[split][label]
+                count = per_split_band[split][band]
                 exprs[split], pool = exprs[split] + pool[:count], pool[count:]
     datasets = {split: [_example(task, rng, e, task.train_templates, heldout=False) for e in exprs[split]] for split in SPLITS}
     datasets[HELDOUT] = [_example(task, rng, e, task.heldout_templates, heldout=True) for e in exprs["test"]]
@@ -117,7 +120,7 @@ def summarize(datasets: dict[str, list[Example]], config: DataConfig) -> dict:
     return {
         "config": asdict(config),
         "splits": {split: {"count": len(examples),
-                           "per_domain": dict(sorted(Counter(ex.domain for ex in examples).items())),
+                           "per_domain": dict(sorted(Counter(ex.domain or "outside_2_100" for ex in examples).items())),
                            "distinct_structures": len({ex.structure for ex in examples})}
                    for split, examples in datasets.items()},
     }

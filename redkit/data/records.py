@@ -5,6 +5,11 @@ where a task has them). The reader also takes the original authors' formats (see
 `../shared/external/red-original/SOURCE.md`): `expr` instead of `question`, answers as strings,
 `domain` spelled `range_2_20` or `R1`, `label`/`domain` missing (derived from the answer). A bad
 line raises one `RedkitError` naming the file, the line and the field.
+
+Answers must lie in the answer vocabulary 2..100 unless the caller says otherwise: a step of a
+decomposed chain ("What is 5 minus 30?" = -25) has answers anywhere in -148..200, and a question
+answered by decomposition may have any integer answer. An answer outside 2..100 has no range, so
+such a record has no `label` or `domain` (None, and absent from its JSON).
 """
 
 import json
@@ -13,7 +18,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from redkit.data.vocabulary import DOMAIN_NAMES, domain_of, in_vocabulary, parse_domain, MIN_ANSWER, MAX_ANSWER
+from redkit.data.vocabulary import DOMAIN_NAMES, MAX_ANSWER, MIN_ANSWER, VOCABULARY, domain_of, in_vocabulary, parse_domain
 from redkit.errors import RedkitError
 
 
@@ -22,7 +27,7 @@ class Example:
     id: int
     question: str
     answer: int
-    label: int  # range label 0..4 of the answer: the example's domain
+    label: int | None  # range label 0..4 of the answer (its domain in Task 1/2); None outside 2..100
     num_ops: int = 1  # arithmetic operations in the question (0 when unknown)
     template: str = ""  # which template rendered it; "" for other people's files
     structure: str = ""  # operand/operator sequence, e.g. "12+27"; the split key
@@ -30,12 +35,14 @@ class Example:
     operation: str = ""  # "add", "sub", ... for single-operation data; "" when absent
 
     @property
-    def domain(self) -> str:
-        return DOMAIN_NAMES[self.label]
+    def domain(self) -> str | None:
+        return None if self.label is None else DOMAIN_NAMES[self.label]
 
     def to_json(self) -> dict[str, Any]:
-        row = {"id": self.id, "question": self.question, "answer": self.answer, "label": self.label,
-               "domain": self.domain, "num_ops": self.num_ops}
+        row = {"id": self.id, "question": self.question, "answer": self.answer}
+        if self.label is not None:
+            row |= {"label": self.label, "domain": self.domain}
+        row["num_ops"] = self.num_ops
         extra = {k: v for k, v in asdict(self).items() if k not in row and v != ""}
         return row | extra
 
@@ -52,7 +59,10 @@ def _int_field(value: Any, where: str, field: str) -> int:
     raise RedkitError(f"{where}: field '{field}' must be an integer, got {value!r}")
 
 
-def parse_record(obj: Any, where: str, default_id: int) -> Example:
+AnswerRange = tuple[int, int] | None  # inclusive bounds an answer must lie in; None: any integer
+
+
+def parse_record(obj: Any, where: str, default_id: int, answers: AnswerRange = VOCABULARY) -> Example:
     """One decoded JSON object -> Example; `where` is 'file:line' for error messages."""
     if not isinstance(obj, dict):
         raise RedkitError(f"{where}: expected a JSON object, got {type(obj).__name__}")
@@ -62,18 +72,20 @@ def parse_record(obj: Any, where: str, default_id: int) -> Example:
     if "answer" not in obj:
         raise RedkitError(f"{where}: missing field 'answer'")
     answer = _int_field(obj["answer"], where, "answer")
-    if not in_vocabulary(answer):
-        raise RedkitError(f"{where}: field 'answer' = {answer} is outside the vocabulary {MIN_ANSWER}..{MAX_ANSWER}")
-    label = domain_of(answer)
+    if answers is not None and not answers[0] <= answer <= answers[1]:
+        what = "the vocabulary" if answers == VOCABULARY else "the answers this run can give"
+        raise RedkitError(f"{where}: field 'answer' = {answer} is outside {what} {answers[0]}..{answers[1]}")
+    label = domain_of(answer) if in_vocabulary(answer) else None
     # A given label or domain must agree with the answer: a mismatch means a corrupt file.
     for field in ("label", "domain"):
-        if field in obj:
+        if obj.get(field) is not None:
             try:
                 given = parse_domain(obj[field])
             except RedkitError as err:
                 raise RedkitError(f"{where}: field '{field}': {err}") from None
             if given != label:
-                raise RedkitError(f"{where}: field '{field}' = {obj[field]!r} does not match answer {answer} ({DOMAIN_NAMES[label]})")
+                range_name = DOMAIN_NAMES[label] if label is not None else f"outside {MIN_ANSWER}..{MAX_ANSWER}, no range"
+                raise RedkitError(f"{where}: field '{field}' = {obj[field]!r} does not match answer {answer} ({range_name})")
     num_ops = _int_field(obj.get("num_ops", obj.get("num_steps", 0)), where, "num_ops")
     return Example(
         id=_int_field(obj.get("id", default_id), where, "id"),
@@ -88,8 +100,9 @@ def parse_record(obj: Any, where: str, default_id: int) -> Example:
     )
 
 
-def read_jsonl(path: str | Path) -> list[Example]:
-    """Read every record of a JSONL file; blank lines are skipped, anything malformed is an error."""
+def read_jsonl(path: str | Path, answers: AnswerRange = VOCABULARY) -> list[Example]:
+    """Read every record of a JSONL file; blank lines are skipped, anything malformed (or an
+    answer outside `answers`) is an error."""
     path = Path(path)
     if not path.is_file():
         raise RedkitError(f"{path}: no such data file")
@@ -107,7 +120,7 @@ def read_jsonl(path: str | Path) -> list[Example]:
                 obj = json.loads(line)
             except json.JSONDecodeError as err:
                 raise RedkitError(f"{where}: malformed JSON ({err.msg} at column {err.colno})") from None
-            examples.append(parse_record(obj, where, default_id=line_no - 1))
+            examples.append(parse_record(obj, where, default_id=line_no - 1, answers=answers))
     if not examples:
         raise RedkitError(f"{path}: the file holds no records")
     return examples

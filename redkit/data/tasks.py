@@ -8,16 +8,21 @@ import random
 
 from redkit.data.expression import Expression
 from redkit.data.records import Example
+from redkit.data.vocabulary import RANGES
 from redkit.registry import Registry
 
 
 class TextTask:
+    # The answer bands the generator balances over, (low, high) inclusive: every split holds the
+    # same number of examples per band. The five answer ranges R1..R5 by default; a task whose
+    # answers leave 2..100 (the operation experts' steps) sets its own.
+    bands: tuple[tuple[int, int], ...] = RANGES
     train_templates: tuple[str, ...] = ()
     heldout_templates: tuple[str, ...] = ()  # disjoint from train_templates: never seen in training
     default_n: int = 80_000  # the dataset size the paper used for this task (train + val + test)
 
-    def sample(self, rng: random.Random, label: int) -> Expression:
-        """An expression whose value lies in range `label` (0..4)."""
+    def sample(self, rng: random.Random, band: int) -> Expression:
+        """An expression whose value lies in `bands[band]`."""
         raise NotImplementedError
 
     def render(self, expression: Expression, template: str) -> str:

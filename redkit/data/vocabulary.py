@@ -9,6 +9,7 @@ from redkit.errors import RedkitError
 
 MIN_ANSWER, MAX_ANSWER = 2, 100
 NUM_CLASSES = MAX_ANSWER - MIN_ANSWER + 1  # 99
+VOCABULARY = (MIN_ANSWER, MAX_ANSWER)  # inclusive
 
 # (low, high) inclusive, in label order 0..4
 RANGES: tuple[tuple[int, int], ...] = ((2, 20), (21, 40), (41, 60), (61, 80), (81, 100))

@@ -2,7 +2,10 @@
 shared pipeline and the step decomposer beside them, then execute the decomposer dataset's test
 programs step by step with each routing mode, and report accuracy and macro-F1 by number of steps:
 once with the gold programs, once with the decomposer's programs of the same questions, and once
-with its programs of the same chains said in held-out phrasings."""
+with its programs of the same chains said in held-out phrasings. Then Task 2 answered whole by
+decomposition: every question of Task 2's structure-split test set (the data `reproduce task2`
+trains and tests on, same seed) goes through the decomposer and the experts, and so does every
+record of each `--eval` file (other people's questions; any integer answer)."""
 
 import time
 from dataclasses import asdict
@@ -10,13 +13,14 @@ from pathlib import Path
 
 from redkit.atomic import write_text
 from redkit.compositions import ModuleSet
-from redkit.data.generate import HELDOUT
-from redkit.data.records import Example
+from redkit.data.generate import HELDOUT, DataConfig, generate
+from redkit.data.records import Example, read_jsonl
 from redkit.decomposer.train import decomposer_data, load_decomposer, train_decomposer
 from redkit.pipeline import evaluate_run
 from redkit.programs import Program, parse_program
 from redkit.report import markdown_table, run_footer
 from redkit.steps.execute import NeuralExecutor, execution_metrics
+from redkit.steps.questions import evaluate_questions
 from redkit.steps.run import StepsConfig, StepsRun
 from redkit.train.stages import PIPELINE, STAGES
 
@@ -53,6 +57,26 @@ def execute_sources(run: StepsRun, data: dict[str, list[Example]], decomposer_di
     return out
 
 
+def task2_test(seed: int) -> list[Example]:
+    """Task 2's structure-split test set, exactly as `redkit reproduce task2 --seed SEED` makes it."""
+    return generate(DataConfig(task="task2", seed=seed, split="structure"))["test"]
+
+
+def _accuracy_table(by_mode: dict[str, dict]) -> str:
+    """Rows: routing modes; columns: accuracy overall and per number of steps (n in the header)."""
+    groups = next(iter(by_mode.values()))
+    return markdown_table(["Routing", *(f"{k} (n = {m['n']})" for k, m in groups.items())],
+                          [[mode, *(f"{m[k]['accuracy']:.4f}" for k in groups)] for mode, m in by_mode.items()])
+
+
+def _questions_section(title: str, result: dict) -> list[str]:
+    match = result["program_exact_match"]
+    by_mode = {mode: result["compositions"][name] for mode, name in MODES.items()}
+    return [f"## {title}", "", f"{result['n']} questions, each decomposed by the decomposer and executed by the experts"
+            + (f"; program exact-match {match:.4f} on the {result['with_program']} with a program." if match is not None else "."),
+            "", _accuracy_table(by_mode), ""]
+
+
 def render(results: dict) -> str:
     decomposer = results["decomposer"]
     out = [f"# steps: decomposed execution (programs: {decomposer['config']['split']} split; operation data: "
@@ -69,11 +93,14 @@ def render(results: dict) -> str:
                 markdown_table(["Routing", *(f"{k} acc" for k in keys), *(f"{k} F1" for k in keys)],
                                [[mode, *(f"{m[k]['accuracy']:.4f}" for k in keys), *(f"{m[k]['macro_f1']:.4f}" for k in keys)]
                                 for mode, m in by_mode.items()]), ""]
+    out += _questions_section("Task 2 answered by decomposition (structure-split test set, all questions)", results["task2"])
+    for name, result in results["external"].items():
+        out += _questions_section(f"Decomposition on {name} (evaluation only)", result)
     out += run_footer(results)
     return "\n".join(out)
 
 
-def reproduce_steps(out: Path, config: StepsConfig, print_fn=print) -> dict:
+def reproduce_steps(out: Path, config: StepsConfig, eval_files: tuple[Path, ...] = (), print_fn=print) -> dict:
     wall = time.perf_counter()
     run = StepsRun(out, config)
     summary = run.prepare_data()
@@ -88,6 +115,9 @@ def reproduce_steps(out: Path, config: StepsConfig, print_fn=print) -> dict:
                "decomposer": decomposer_summary(run.decomposer_dir, metrics)}
     start = time.perf_counter()
     results["execution"] = execute_sources(run, decomposer_data(config.decomposer))
+    modes = list(MODES.values())
+    results["task2"] = evaluate_questions(run, task2_test(config.seed), modes)
+    results["external"] = {Path(path).name: evaluate_questions(run, read_jsonl(path, answers=None), modes) for path in eval_files}
     run.add_time("execute", time.perf_counter() - start)
     results = run.record(results, wall)
     text = render(results)

@@ -10,7 +10,6 @@ from sklearn.metrics import f1_score
 
 from redkit.compositions import ModuleSet, compose
 from redkit.data.expression import OPERATION_NAMES
-from redkit.data.vocabulary import answer_to_class, class_to_answer
 from redkit.features import encode
 from redkit.programs import Call, Program, execute_batch, step_question
 from redkit.steps.run import StepsRun
@@ -47,7 +46,7 @@ class NeuralExecutor:
         ops = torch.tensor([domains.index(name) if (name := OPERATION_NAMES[op]) in domains else 0 for _, op, _ in calls],
                            device=h.device)
         composed = compose(self.composition, self.modules, h, ops)
-        values = [class_to_answer(int(c)) for c in composed.probs.argmax(dim=-1).cpu()]
+        values = self.run.space.value_of(composed.probs.argmax(dim=-1).cpu()).tolist()
         if self.trace is not None:
             weights = composed.weights.cpu().tolist() if composed.weights is not None else [None] * len(calls)
             self.trace += [StepTrace(q, w, v) for q, w, v in zip(questions, weights, values)]
@@ -64,10 +63,8 @@ def execution_metrics(programs: list[Program], answers: list[int], executor: Neu
 
     def scores(rows: np.ndarray) -> dict:
         t, p = true[rows], predicted[rows]
-        in_vocab = np.clip(p, 2, 100)  # a value outside the vocabulary is simply wrong
         return {"n": int(rows.sum()), "accuracy": float((p == t).mean()),
-                "macro_f1": float(f1_score([answer_to_class(x) for x in t], [answer_to_class(x) for x in in_vocab],
-                                           labels=sorted({answer_to_class(x) for x in t}), average="macro", zero_division=0))}
+                "macro_f1": float(f1_score(t, p, labels=np.unique(t), average="macro", zero_division=0))}
 
     out = {"all": scores(np.ones_like(steps, dtype=bool))}
     for k in sorted(set(steps.tolist())):

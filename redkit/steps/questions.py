@@ -14,36 +14,37 @@ from redkit.steps.execute import NeuralExecutor, StepTrace, execution_metrics
 from redkit.steps.run import StepsRun
 
 
-def _gold_programs(examples: Sequence[Example]) -> list[Program] | None:
-    """The file's own programs, when every record has one; a malformed one is named."""
-    if not examples or any(ex.program is None for ex in examples):
-        return None
+def _gold_programs(examples: Sequence[Example]) -> list[Program | None]:
+    """Each record's own program, or None where it has none (an empty `program` counts as none);
+    a malformed one is named."""
     programs = []
     for ex in examples:
         try:
-            programs.append(parse_program(ex.program))
+            programs.append(parse_program(ex.program) if ex.program.strip() else None)
         except RedkitError as err:
             raise RedkitError(f"record {ex.id} ({ex.question!r}): {err}") from None
     return programs
 
 
 def evaluate_questions(run: StepsRun, examples: Sequence[Example], compositions: Sequence[str]) -> dict:
-    """Exact accuracy of the executed answers per composition, overall and by number of operations
-    (the file's programs' when it has them, else the decomposer's), and program exact-match."""
+    """Every question is decomposed by the run's decomposer and its program executed step by step:
+    exact accuracy of the answers per composition, overall and by number of operations (the
+    record's own program's where it has one, else the decomposer's), and program exact-match over
+    the records that have a program."""
     for ex in examples:
         if len(extract_numbers(ex.question)) < 2:
             raise RedkitError(f"record {ex.id} ({ex.question!r}): fewer than two numbers, nothing to decompose")
     predicted = load_decomposer(run.decomposer_dir).predict([ex.question for ex in examples])
     gold = _gold_programs(examples)
-    num_steps = [p.num_steps for p in (gold or predicted)]
+    num_steps = [(g or p).num_steps for g, p in zip(gold, predicted)]
+    with_program = [(p, g) for p, g in zip(predicted, gold) if g is not None]
     modules, cache = ModuleSet(run), {}
     answers = [ex.answer for ex in examples]
-    result = {"n": len(examples),
-              "program_exact_match": (sum(render_program(p) == render_program(g) for p, g in zip(predicted, gold)) / len(gold)
-                                      if gold else None),
-              "compositions": {name: execution_metrics(predicted, answers, NeuralExecutor(run, modules, name, cache), num_steps)
-                               for name in compositions}}
-    return result
+    return {"n": len(examples), "with_program": len(with_program),
+            "program_exact_match": (sum(render_program(p) == render_program(g) for p, g in with_program) / len(with_program)
+                                    if with_program else None),
+            "compositions": {name: execution_metrics(predicted, answers, NeuralExecutor(run, modules, name, cache), num_steps)
+                             for name in compositions}}
 
 
 def explain(run: StepsRun, question: str, composition: str = "red") -> tuple[Program, list[StepTrace]]:

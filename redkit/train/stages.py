@@ -16,7 +16,6 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from redkit.data.vocabulary import answer_to_class
 from redkit.errors import RedkitError
 from redkit.features import PrefixStates
 from redkit.modules.layers import MODULES, Classifier, Router
@@ -87,12 +86,12 @@ def stage_base(run: Run) -> dict:
         # Validation texts repeat a lot: score each distinct text once, weighted by its count.
         distinct: dict[str, list] = {}
         for ex in val_examples:
-            distinct.setdefault(ex.question, [answer_to_class(ex.answer), 0])[1] += 1
+            distinct.setdefault(ex.question, [run.space.class_of(ex.answer), 0])[1] += 1
         val_texts = list(distinct)
         val_states = PrefixStates.build(run.cache_dir, backbone, val_texts, "base-val")
         val_y = torch.tensor([distinct[t][0] for t in val_texts])
         val_w = torch.tensor([distinct[t][1] for t in val_texts], dtype=torch.float)
-        train_y = torch.tensor([answer_to_class(ex.answer) for ex in subset])
+        train_y = run.classes(subset)
         torch.manual_seed(run.config.seed)  # the classifier's init must not depend on what ran before
         classifier = Classifier(Classifier.Config(backbone.hidden_size, run.space.num_classes)).to(run.device)
         # Only these switch to training mode (dropout) and are checkpointed; the prefix stays frozen.
