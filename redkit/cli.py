@@ -4,7 +4,7 @@
     redkit reproduce task1|task2 [--split ...] [--backbone PATH] [--out runs/task1] [--eval FILE ...]
     redkit reproduce digits [--run red|moe|all] [--data_dir MNIST_DIR] [--save_dir runs/digits] [...]
     redkit reproduce toy [--out runs/toy] [--seed S]
-    redkit reproduce steps [--out runs/steps] [--decomposer DIR] [--op-split random|structure] [...]
+    redkit reproduce steps [--out runs/steps] [--decomposer DIR] [--op-split random|structure] [--eval FILE ...] [...]
     redkit reproduce decomposer [--out runs/decomposer] [--task decomposer_times] [--tune-top] [...]
     redkit train STAGE --run DIR [--domain R3] [--kind residual]     (one stage, e.g. one expert)
     redkit add-expert --run runs/steps --operation mul [--out DIR] [--decomposer DIR]
@@ -114,10 +114,14 @@ def cmd_data(args) -> None:
 
 # ---- reproduce: one entry per benchmark, each with its own flags ------------------------------------
 
-def _text_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--out", type=Path, default=None, help="run directory (default runs/<task>[-random])")
+def _eval_option(p: argparse.ArgumentParser) -> None:
     p.add_argument("--eval", dest="eval_files", action="append", type=Path, default=[],
                    help="also evaluate on this JSONL file (repeatable; never trained on)")
+
+
+def _text_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--out", type=Path, default=None, help="run directory (default runs/<task>[-random])")
+    _eval_option(p)
     _add_run_options(p)
 
 
@@ -205,13 +209,13 @@ def cmd_reproduce_toy(args) -> None:
 
 def _steps_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", type=Path, default=Path("runs/steps"))
-    p.add_argument("--programs", type=int, default=80_000, help="size of the decomposer dataset whose test programs are executed")
+    p.add_argument("--programs", type=int, default=80_000,
+                   help="size of the decomposer dataset and of Task 2's, whose test programs and questions are executed")
     p.add_argument("--op-split", choices=("random", "structure"), default="random",
                    help="split of the operation data (--split is the programs')")
     p.add_argument("--decomposer", type=Path, default=None,
                    help="train (or reuse, when trained on the same data) the decomposer here (default <out>/decomposer)")
-    p.add_argument("--eval", dest="eval_files", action="append", type=Path, default=[],
-                   help="also answer this JSONL file's questions by decomposition (evaluation only; repeatable)")
+    _eval_option(p)  # its questions are answered by decomposition
     _add_run_options(p)
 
 

@@ -44,7 +44,7 @@ def test_own_files_round_trip(tmp_path, task):
     datasets = generate(config)
     write_dataset(tmp_path, datasets, config)
     for split, examples in datasets.items():
-        assert read_jsonl(tmp_path / f"{split}.jsonl") == examples, split
+        assert read_jsonl(tmp_path / f"{split}.jsonl", answers=None) == examples, split  # operation steps answer -148..200
 
 
 # ---- the original authors' formats ------------------------------------------------------------------
@@ -147,6 +147,27 @@ def test_answer_outside_vocabulary(tmp_path, answer):
     message = error_of(path)
     assert f"{path}:2" in message and "'answer'" in message and str(int(answer)) in message
     assert f"{MIN_ANSWER}..{MAX_ANSWER}" in message
+
+
+def test_any_integer_answer_where_the_caller_allows_it(tmp_path):
+    """A decomposed step or question may answer -25 or 150: such a record has no range label, and
+    it writes and reads back without one; a label that claims a range for it is still refused."""
+    rows = [{"question": "What is 5 minus 30?", "answer": -25, "operation": "sub"}, {"question": "What is 120 plus 30?", "answer": "150"}, GOOD]
+    examples = read_jsonl(write_lines(tmp_path / "any.jsonl", rows), answers=None)
+    assert [(ex.answer, ex.label, ex.domain) for ex in examples[:2]] == [(-25, None, None), (150, None, None)]
+    assert "label" not in examples[0].to_json() and "domain" not in examples[0].to_json()
+    again = write_lines(tmp_path / "again.jsonl", [ex.to_json() for ex in examples])
+    assert read_jsonl(again, answers=None) == examples
+    assert "outside the answers this run can give -148..200" in error_of_range(tmp_path, {"question": "q?", "answer": 201}, (-148, 200))
+    bad = write_lines(tmp_path / "claims.jsonl", [{"question": "q?", "answer": -25, "domain": "R1"}])
+    with pytest.raises(RedkitError, match=r"claims.jsonl:1: field 'domain' = 'R1' does not match answer -25 \(outside 2..100"):
+        read_jsonl(bad, answers=None)
+
+
+def error_of_range(tmp_path: Path, record: dict, answers: tuple[int, int]) -> str:
+    with pytest.raises(RedkitError) as err:
+        read_jsonl(write_lines(tmp_path / "range.jsonl", [record]), answers=answers)
+    return str(err.value)
 
 
 @pytest.mark.parametrize("answer", [7.5, "seven", None, True, [7]])

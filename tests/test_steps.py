@@ -6,13 +6,14 @@ import re
 import pytest
 
 from redkit.cli import main
-from redkit.data.records import Example
+from redkit.data.records import Example, read_jsonl
 from redkit.decomposer import DecomposerConfig, decomposer_data, train_decomposer
 from redkit.errors import RedkitError
 from redkit.programs import exact, parse_program
 from redkit.steps import StepsConfig, StepsRun
 from redkit.steps.benchmark import MODES, SOURCES
 from redkit.steps.execute import execution_metrics
+from redkit.steps.questions import evaluate_questions
 
 
 def _gold(n: int) -> tuple[list, list[int]]:
@@ -67,11 +68,11 @@ def test_predict_on_a_steps_run_prints_the_program_and_every_step(tiny_run, caps
     assert main(["predict", "--run", str(tiny_run), "If you subtract 5 from 12 and add 9, what do you get?"]) == 0
     out = capsys.readouterr().out
     assert "program:" in out and "Answer: x2" in out
-    steps = re.findall(r"step (\d): '(What is [^']+)'  expert weights: add ([\d.]+)  sub ([\d.]+)  -> x\d = (\d+)", out)
+    steps = re.findall(r"step (\d): '(What is [^']+)'  expert weights: add ([\d.]+)  sub ([\d.]+)  -> x\d = (-?\d+)", out)
     assert [k for k, *_ in steps] == ["1", "2"]
     assert all(abs(float(a) + float(b) - 1) < 2e-3 for _, _, a, b, _ in steps)  # router weights sum to 1
     assert steps[1][1].startswith(f"What is {steps[0][4]} ")  # step 2 is asked with step 1's value
-    assert re.search(r"^answer: \d+", out, re.M)
+    assert re.search(r"^answer: -?\d+", out, re.M)
 
 
 def test_eval_on_a_steps_run_decomposes_and_executes_a_file(tiny_run, tmp_path, capsys):
@@ -85,6 +86,34 @@ def test_eval_on_a_steps_run_decomposes_and_executes_a_file(tiny_run, tmp_path, 
     out = capsys.readouterr().out
     assert re.search(r"3 questions, decomposed and executed; program exact-match (0|1)\.\d{4}", out)
     assert "1-step acc" in out and "2-step acc" in out and "n: all 3, 1-step 1, 2-step 2" in out
+
+
+def test_eval_decomposes_records_that_have_no_program(tiny_run, tmp_path, capsys):
+    """The original authors' add/sub format (question and answer only), any integer answer, and a
+    file mixing records with and without programs: every record is decomposed and executed."""
+    plain = [{"question": "What is 3 plus 16?", "answer": 19}, {"question": "What is 5 minus 30 plus 40?", "answer": 15},
+             {"question": "What is 2 minus 50 minus 50 minus 50?", "answer": -148}]
+    path = tmp_path / "plain.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in plain))
+    assert main(["eval", "--run", str(tiny_run), "--data", str(path), "--composition", "red"]) == 0
+    out = capsys.readouterr().out
+    assert "3 questions, decomposed and executed; program exact-match n/a (no record has a program)" in out
+    assert re.search(r"n: all 3, 1-step 1, 2-step 1, 3-step 1", out)
+    mixed = plain + [{"question": "What is 12 minus 5 plus 9?", "answer": 16, "program": ""},
+                     {"question": "What is 30 minus 7?", "answer": 23, "program": "Step 1: 30 - 7 = x1\nAnswer: x1"}]
+    path.write_text("".join(json.dumps(r) + "\n" for r in mixed))
+    result = evaluate_questions(StepsRun(tiny_run), read_jsonl(path, answers=None), ["red", "red_oracle"])
+    assert result["n"] == 5 and result["with_program"] == 1 and result["program_exact_match"] in (0.0, 1.0)
+    assert set(result["compositions"]) == {"red", "red_oracle"} and result["compositions"]["red"]["all"]["n"] == 5
+
+
+def test_the_steps_run_answers_every_value_a_chain_reaches(tiny_run):
+    run = StepsRun(tiny_run)
+    assert run.space.value_range == (-148, 200)
+    classifier = json.loads((tiny_run / "modules" / "classifier" / "config.json").read_text())
+    assert classifier["config"]["num_classes"] == 349
+    results = json.loads((tiny_run / "results.json").read_text())
+    assert results["task2"]["n"] == 30 and set(results["task2"]["compositions"]) == set(MODES.values())
 
 
 def test_eval_names_a_question_it_cannot_decompose(tiny_run, tmp_path, capsys):

@@ -10,13 +10,15 @@ from fractions import Fraction
 import pytest
 
 from redkit.data.chains import ChainConfig, chain_space
-from redkit.data.operations import OPERATIONS
-from redkit.data.expression import Expression
+from redkit.data.operations import OPERATIONS, OpAdd, OperationTask
+from redkit.data.expression import OPERATION_NAMES, Expression
 from redkit.data.generate import HELDOUT, SPLITS, DataConfig, generate, write_dataset
 from redkit.data.phrasing import HELDOUT_STYLES, STYLES, TRAIN_STYLES
 from redkit.data.records import read_jsonl
+from redkit.data.tasks import TASKS
 from redkit.data.vocabulary import NUM_DOMAINS, RANGES
-from redkit.programs import execute, parse_program, step_question
+from redkit.programs import execute, parse_program, program_from_expression, step_question
+from redkit.steps.run import operations_space
 
 
 @pytest.fixture(scope="module")
@@ -38,7 +40,7 @@ def _skeleton(text: str) -> str:
 
 
 def _expression(structure: str) -> Expression:
-    tokens = re.findall(r"\d+|[-+*]", structure)
+    tokens = re.findall(r"^-?\d+|\d+|[-+*]", structure)  # a first operand may be negative: "-38-43"
     return Expression(tuple(map(int, tokens[::2])), tuple(tokens[1::2]))
 
 
@@ -94,15 +96,44 @@ def test_structure_split_is_disjoint_and_heldout_templates_are_unseen(name, task
     assert {ex.template.split("/")[0] for ex in datasets[HELDOUT]} == {"heldout"}
 
 
-def test_decomposer_programs_stay_in_vocabulary_at_every_step(decomposer):
+def _steps(program) -> list[tuple[int, str, int, int]]:
+    """Every step of an exactly executed program as (a, op, b, value)."""
+    _, values = execute(program, value_range=None)
+    return [(*step.resolve(values), value) for step, value in zip(program.steps, values)]
+
+
+def _in_operation_space(a: int, op: str, b: int, value: int) -> bool:
+    """Whether an operation expert's data holds this step (what the executor may ask it)."""
+    task = TASKS[f"op_{OPERATION_NAMES[op]}"]
+    return (task.config.first_operand[0] <= a <= task.config.first_operand[1]
+            and task.config.operand[0] <= b <= task.config.operand[1]
+            and task.value_range()[0] <= value <= task.value_range()[1])
+
+
+def test_decomposer_programs_end_in_vocabulary_with_every_step_in_the_experts_data(decomposer):
     counts = Counter(ex.num_ops for ex in _all(decomposer))
     for steps, share in {2: 0.2, 3: 0.4, 4: 0.4}.items():
         assert abs(counts[steps] / len(_all(decomposer)) - share) < 0.04, counts
+    leave = 0
     for ex in _all(decomposer) + decomposer[HELDOUT]:
         program = parse_program(ex.program)
-        answer, values = execute(program)  # checks every step value against 2..100
-        assert answer == ex.answer and program.num_steps == ex.num_ops
+        steps = _steps(program)
+        assert steps[-1][3] == ex.answer and 2 <= ex.answer <= 100 and program.num_steps == ex.num_ops
         assert all(2 <= x <= 50 for x in _expression(ex.structure).operands)
+        assert all(_in_operation_space(*step) for step in steps), steps
+        leave += any(not 2 <= value <= 100 for *_, value in steps)
+    assert leave > 0.05 * len(decomposer["train"])  # intermediates leave 2..100, as in Task 2 (DESIGN.md decision 7)
+
+
+def test_every_step_of_every_task2_chain_is_in_the_operation_experts_data(task2):
+    """Task 2's own data, and the extremes of any chain of up to three operations on 2..50 (-148, 200)."""
+    for ex in _all(task2):
+        assert all(_in_operation_space(*step) for step in _steps(parse_program(ex.program)))
+    for ops in itertools.product("+-", repeat=3):
+        for operands in ((2, 50, 50, 50), (50, 50, 50, 50), (2, 2, 50, 50), (50, 2, 2, 2)):
+            expr = Expression(operands, ops)
+            assert all(_in_operation_space(*step) for step in _steps(program_from_expression(expr))), expr.key
+    assert operations_space(("add", "sub")).value_range == (2 - 3 * 50, 50 + 3 * 50)
 
 
 def test_decomposer_writes_the_papers_fields_and_reads_back(tmp_path, decomposer):
@@ -122,29 +153,41 @@ def test_decomposer_times_puts_times_only_where_precedence_cannot_matter():
         assert execute(parse_program(ex.program)).answer == ex.answer
 
 
-@pytest.mark.parametrize("op, operation, left, right", [
-    ("+", "add", (2, 98), (2, 50)), ("-", "sub", (4, 150), (2, 50)), ("*", "mul", (2, 50), (2, 50))])
-def test_operation_data(op, operation, left, right):
+@pytest.mark.parametrize("op, operation, left, right, answers", [
+    ("+", "add", (-98, 150), (2, 50), (-96, 200)), ("-", "sub", (-98, 150), (2, 50), (-148, 148)),
+    ("*", "mul", (2, 50), (2, 50), (2, 100))])
+def test_operation_data(op, operation, left, right, answers):
     datasets = generate(DataConfig(task=f"op_{operation}", n=1000))
     for ex in _all(datasets) + datasets[HELDOUT]:
         (a, b), (got_op,) = (expr := _expression(ex.structure)).operands, expr.operators
-        assert got_op == op and ex.operation == operation and ex.answer == expr.value
-        assert left[0] <= a <= left[1] and right[0] <= b <= right[1]
+        assert got_op == op and ex.operation == operation and ex.answer == expr.value and not ex.program
+        assert left[0] <= a <= left[1] and right[0] <= b <= right[1] and answers[0] <= ex.answer <= answers[1]
+        assert ex.label == (RANGES.index(next(r for r in RANGES if r[0] <= ex.answer <= r[1])) if 2 <= ex.answer <= 100 else None)
         if ex.template.startswith("train/"):  # one phrasing: exactly what the executor asks per step
             assert ex.question == step_question(a, op, b)
-    assert set(Counter(ex.label for ex in datasets["train"]).values()) == {160}
+    assert TASKS[f"op_{operation}"].value_range() == answers
+    if operation == "mul":  # the plug-in's data stays balanced over the answer ranges
+        assert set(Counter(ex.label for ex in datasets["train"]).values()) == {160}
+
+
+def test_negative_steps_are_phrased_as_the_executor_asks_them():
+    assert step_question(-25, "+", 40) == "What is -25 plus 40?"
+    datasets = generate(DataConfig(task="op_sub", n=1000))
+    assert any(ex.question.startswith("What is -") and ex.answer < -50 for ex in datasets["train"])
+    assert any(ex.answer > 100 for ex in generate(DataConfig(task="op_add", n=1000))["train"])
 
 
 def test_operation_data_deals_every_pair_before_repeating_one():
-    """A random split of 20k additions leaves (almost) no valid pair out of train: the executor may ask any."""
-    datasets = generate(DataConfig(task="op_add", n=20_000, split="random"))
-    pairs = {label: {e.key for e in chain_space(OPERATIONS["add"], 1, RANGES[label]).all()} for label in range(NUM_DOMAINS)}
-    for label, valid in pairs.items():
-        counts = Counter(ex.structure for ex in _all(datasets) if ex.label == label)
-        assert set(counts) == valid and max(counts.values()) - min(counts.values()) <= 1  # dealt evenly
+    """A random split of the default 50k additions leaves (almost) no valid pair out of train: the
+    executor may ask any of the 12,201."""
+    datasets = generate(DataConfig(task="op_add", n=OperationTask.default_n, split="random"))
+    valid = {e.key for e in chain_space(OPERATIONS["add"], 1, OpAdd.bands[0]).all()}
+    assert len(valid) == 12_201
+    counts = Counter(ex.structure for ex in _all(datasets))
+    assert set(counts) == valid and set(counts.values()) == {4, 5}  # dealt evenly: 50,000 = 4 x 12,201 + 1,196
     seen = {ex.structure for ex in datasets["train"]}
-    total = sum(len(v) for v in pairs.values())
-    assert total - len(seen & set().union(*pairs.values())) < 0.005 * total
+    unseen = sum(ex.structure not in seen for ex in datasets["test"])
+    assert unseen < 0.005 * len(datasets["test"])
 
 
 def test_chain_space_counts_and_draws_exactly_the_valid_chains():

@@ -43,7 +43,7 @@ class Example:
         if self.label is not None:
             row |= {"label": self.label, "domain": self.domain}
         row["num_ops"] = self.num_ops
-        extra = {k: v for k, v in asdict(self).items() if k not in row and v != ""}
+        extra = {k: v for k, v in asdict(self).items() if k not in row and v not in ("", None)}
         return row | extra
 
 

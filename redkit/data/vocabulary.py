@@ -1,8 +1,8 @@
 """The answer vocabulary and the five numerical domains (DESIGN.md decision 1).
 
 The model predicts the exact answer as a class: answers 2..100, so 99 classes, class index =
-answer - 2. The answer's range R1..R5 is the example's *domain*: it picks the expert in training
-and is the router's target.
+answer - 2 (`redkit.space.ANSWER_RANGES` maps them). The answer's range R1..R5 is the example's
+*domain*: it picks the expert in training and is the router's target.
 """
 
 from redkit.errors import RedkitError
@@ -19,14 +19,6 @@ SHORT_NAMES = tuple(f"R{i + 1}" for i in range(NUM_DOMAINS))  # the paper's spel
 
 # Answers on either side of a range boundary, reported separately (issue 2, item 6).
 BOUNDARY_ANSWERS = (20, 21, 40, 41, 60, 61, 80, 81)
-
-
-def answer_to_class(answer: int) -> int:
-    return answer - MIN_ANSWER
-
-
-def class_to_answer(cls: int) -> int:
-    return cls + MIN_ANSWER
 
 
 def in_vocabulary(answer: int) -> bool:

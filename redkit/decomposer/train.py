@@ -269,6 +269,15 @@ def predict_split(model: StepDecomposer, split: Split, device: torch.device, bat
     return programs
 
 
+def cached_programs(cache_dir: Path, model: StepDecomposer, split: Split, batch_size: int = 128) -> list[Program]:
+    """Programs for a split, from number features cached under `cache_dir` (computed once per
+    backbone and texts, so executing the decomposer's own test splits after its evaluation does
+    not encode them again); a tuned-top decomposer runs in full."""
+    if not model.tuned_top:
+        split.features = cached_number_features(cache_dir, model, split.texts, split.name, batch_size)
+    return predict_split(model, split, next(model.head.parameters()).device)
+
+
 # ---- training --------------------------------------------------------------------------------------
 
 def _operators(task: str) -> tuple[str, ...]:
@@ -371,10 +380,8 @@ def train_decomposer(out_dir: str | Path, config: DecomposerConfig | None = None
     styles = template_styles(config.task)
     evaluation = {}
     for name in EVAL_SPLITS:
-        split = splits[name]
-        if not model.tuned_top:
-            split.features = cached_number_features(cache_dir, model, split.texts, name, config.encode_batch_size)
-        evaluation[name] = score_programs(split.examples, predict_split(model, split, device), styles)
+        programs = cached_programs(cache_dir, model, splits[name], config.encode_batch_size)
+        evaluation[name] = score_programs(splits[name].examples, programs, styles)
     timings["evaluate"] = time.perf_counter() - start
     timings["total"] = time.perf_counter() - wall
     metrics = {"task": config.task, "config": asdict(config), "module": str(module_dir),

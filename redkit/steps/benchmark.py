@@ -15,7 +15,7 @@ from redkit.atomic import write_text
 from redkit.compositions import ModuleSet
 from redkit.data.generate import HELDOUT, DataConfig, generate
 from redkit.data.records import Example, read_jsonl
-from redkit.decomposer.train import decomposer_data, load_decomposer, train_decomposer
+from redkit.decomposer.train import Split, cached_programs, decomposer_data, load_decomposer, train_decomposer
 from redkit.pipeline import evaluate_run
 from redkit.programs import Program, parse_program
 from redkit.report import markdown_table, run_footer
@@ -43,23 +43,26 @@ def execute_modes(run: StepsRun, modules: ModuleSet, cache: dict, programs: list
             for mode, name in MODES.items()}
 
 
-def execute_sources(run: StepsRun, data: dict[str, list[Example]], decomposer_dir: Path | None = None) -> dict[str, dict]:
-    """{source: {mode: metrics}} for every program source of SOURCES (step features cached across all);
-    the programs come from the run's decomposer unless `decomposer_dir` names another."""
-    decomposer = load_decomposer(decomposer_dir or run.decomposer_dir)
-    modules, cache = ModuleSet(run), {}
+def execute_sources(run: StepsRun, data: dict[str, list[Example]], decomposer_dir: Path | None = None,
+                    cache: dict | None = None) -> dict[str, dict]:
+    """{source: {mode: metrics}} for every program source of SOURCES (step features cached across
+    all, and in `cache` when given); the programs come from the run's decomposer unless
+    `decomposer_dir` names another."""
+    decomposer_dir = Path(decomposer_dir or run.decomposer_dir)
+    decomposer = load_decomposer(decomposer_dir)
+    modules, cache = ModuleSet(run), ({} if cache is None else cache)
     out = {}
     for source, (split, author) in SOURCES.items():
         examples = data[split]
         programs = ([parse_program(ex.program) for ex in examples] if author == "gold"
-                    else decomposer.predict([ex.question for ex in examples]))
+                    else cached_programs(decomposer_dir / "cache", decomposer, Split(examples, decomposer.operators, split)))
         out[source] = execute_modes(run, modules, cache, programs, [ex.answer for ex in examples])
     return out
 
 
-def task2_test(seed: int) -> list[Example]:
-    """Task 2's structure-split test set, exactly as `redkit reproduce task2 --seed SEED` makes it."""
-    return generate(DataConfig(task="task2", seed=seed, split="structure"))["test"]
+def task2_test(seed: int, n: int) -> list[Example]:
+    """Task 2's structure-split test set, as `redkit reproduce task2 --seed SEED --n N` makes it."""
+    return generate(DataConfig(task="task2", n=n, seed=seed, split="structure"))["test"]
 
 
 def _accuracy_table(by_mode: dict[str, dict]) -> str:
@@ -114,10 +117,11 @@ def reproduce_steps(out: Path, config: StepsConfig, eval_files: tuple[Path, ...]
                "single_step": evaluate_run(run),
                "decomposer": decomposer_summary(run.decomposer_dir, metrics)}
     start = time.perf_counter()
-    results["execution"] = execute_sources(run, decomposer_data(config.decomposer))
-    modes = list(MODES.values())
-    results["task2"] = evaluate_questions(run, task2_test(config.seed), modes)
-    results["external"] = {Path(path).name: evaluate_questions(run, read_jsonl(path, answers=None), modes) for path in eval_files}
+    cache, modes = {}, list(MODES.values())  # step question -> features, shared by every execution below
+    results["execution"] = execute_sources(run, decomposer_data(config.decomposer), cache=cache)
+    results["task2"] = evaluate_questions(run, task2_test(config.seed, config.decomposer.n), modes, cache)  # 80k, as the paper's
+    results["external"] = {Path(path).name: evaluate_questions(run, read_jsonl(path, answers=None), modes, cache)
+                           for path in eval_files}
     run.add_time("execute", time.perf_counter() - start)
     results = run.record(results, wall)
     text = render(results)

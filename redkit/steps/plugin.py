@@ -25,7 +25,7 @@ from redkit.errors import RedkitError
 from redkit.modules.store import module_exists
 from redkit.report import markdown_table, run_footer
 from redkit.steps.benchmark import decomposer_summary, execute_sources
-from redkit.steps.run import StepsRun
+from redkit.steps.run import StepsRun, operations_space
 from redkit.train.stages import STAGES
 
 TIMES_TASK = "decomposer_times"  # the decomposer data with * steps
@@ -55,6 +55,10 @@ def plug_in(parent_dir: Path, out: Path, operation: str, decomposer_dir: Path | 
     config = replace(parent.config, operations=(*parent.config.operations, operation),
                      decomposer=replace(parent.config.decomposer, task=TIMES_TASK),
                      decomposer_dir=str(decomposer_dir.resolve()) if decomposer_dir else None)
+    (low, high), (parent_low, parent_high) = operations_space(config.operations).value_range, parent.space.value_range
+    if (low, high) != (parent_low, parent_high):  # the copied classifier answers the parent's values only
+        raise RedkitError(f"with a {operation} expert the answers span {low}..{high}, beyond the parent's classes "
+                          f"{parent_low}..{parent_high}: its copied classifier cannot answer them")
     run = StepsRun(out, config)
     for parts in frozen_parts(parent):
         if not module_exists(run.module_dir(*parts)):

@@ -1,0 +1,41 @@
+"""LabelSpace maps classes to the values they stand for; redkit pins the CPU kernels it computes with."""
+
+import os
+import platform
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+
+from redkit.errors import RedkitError
+from redkit.space import ANSWER_RANGES, LabelSpace
+from redkit.steps.run import operations_space
+
+
+def test_answer_ranges_map_2_to_100_onto_99_classes():
+    assert ANSWER_RANGES.value_range == (2, 100) and ANSWER_RANGES.num_classes == 99
+    assert ANSWER_RANGES.class_of(2) == 0 and ANSWER_RANGES.class_of(100) == 98 and ANSWER_RANGES.value_of(98) == 100
+    with pytest.raises(RedkitError, match=r"record 7: answer 101 is outside this run's classes 2..100"):
+        ANSWER_RANGES.class_of(101, "record 7")
+
+
+def test_a_steps_space_holds_every_value_of_its_operations():
+    space = operations_space(("add", "sub"))
+    assert space == LabelSpace.of_values(-148, 200, ("add", "sub")) and space.num_classes == 349
+    values = np.arange(-148, 201)
+    classes = np.array([space.class_of(int(v)) for v in values])
+    assert (classes == np.arange(349)).all() and (space.value_of(classes) == values).all()
+    assert space.value_of(torch.tensor([0, 348])).tolist() == [-148, 200]
+    assert operations_space(("add", "sub", "mul")).value_range == (-148, 200)  # mul's 2..100 adds no class
+
+
+@pytest.mark.skipif(platform.machine().lower() not in ("x86_64", "amd64"), reason="x86-64 only")
+def test_importing_redkit_first_pins_avx2_kernels_unless_told_otherwise():
+    """AVX-512 and AVX2 kernels round differently; one kernel set everywhere keeps runs identical."""
+    probe = "import redkit, torch; print(torch.backends.cpu.get_cpu_capability())"
+    env = {k: v for k, v in os.environ.items() if k != "ATEN_CPU_CAPABILITY"}
+    assert subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True).stdout.strip() == "AVX2"
+    env["ATEN_CPU_CAPABILITY"] = "default"
+    assert subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True).stdout.strip() == "DEFAULT"
