@@ -278,6 +278,17 @@ def cached_programs(cache_dir: Path, model: StepDecomposer, split: Split, batch_
     return predict_split(model, split, next(model.head.parameters()).device)
 
 
+class TextSplit(Split):
+    """A split to predict on, without training targets (computing them aligns every question)."""
+
+    def __init__(self, texts: list[str], name: str):
+        self.texts, self.name = list(texts), name
+        self.features, self.prefix, self.positions = None, None, []
+
+    def __len__(self) -> int:
+        return len(self.texts)
+
+
 # ---- training --------------------------------------------------------------------------------------
 
 def _operators(task: str) -> tuple[str, ...]:
@@ -293,9 +304,10 @@ def decomposer_data(config: DecomposerConfig) -> dict[str, list[Example]]:
 
 
 def train_decomposer(out_dir: str | Path, config: DecomposerConfig | None = None,
-                     print_fn: Callable[[str], None] = print) -> dict:
-    """Generate the data, train (or reuse the finished module in <out>/module), evaluate on test and
-    the held-out phrasings, write <out>/metrics.json and return it."""
+                     print_fn: Callable[[str], None] = print, data: dict[str, list[Example]] | None = None) -> dict:
+    """Generate the data (unless the caller already has `decomposer_data(config)`), train (or reuse
+    the finished module in <out>/module), evaluate on test and the held-out phrasings, write
+    <out>/metrics.json and return it."""
     config = config or DecomposerConfig()
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -306,7 +318,7 @@ def train_decomposer(out_dir: str | Path, config: DecomposerConfig | None = None
 
     start = time.perf_counter()
     operators = _operators(config.task)
-    data = decomposer_data(config)
+    data = data or decomposer_data(config)
     train_examples = data["train"][:config.max_train] if config.max_train else data["train"]
     val_examples = data["val"][:config.max_val] if config.max_val else data["val"]
     splits = {"train": Split(train_examples, operators, "train"), "val": Split(val_examples, operators, "val")}

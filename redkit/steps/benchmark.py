@@ -15,7 +15,7 @@ from redkit.atomic import write_text
 from redkit.compositions import ModuleSet
 from redkit.data.generate import HELDOUT, DataConfig, generate
 from redkit.data.records import Example, read_jsonl
-from redkit.decomposer.train import Split, cached_programs, decomposer_data, load_decomposer, train_decomposer
+from redkit.decomposer.train import TextSplit, cached_programs, decomposer_data, load_decomposer, train_decomposer
 from redkit.pipeline import evaluate_run
 from redkit.programs import Program, parse_program
 from redkit.report import markdown_table, run_footer
@@ -46,16 +46,16 @@ def execute_modes(run: StepsRun, modules: ModuleSet, cache: dict, programs: list
 def execute_sources(run: StepsRun, data: dict[str, list[Example]], decomposer_dir: Path | None = None,
                     cache: dict | None = None) -> dict[str, dict]:
     """{source: {mode: metrics}} for every program source of SOURCES (step features cached across
-    all, and in `cache` when given); the programs come from the run's decomposer unless
-    `decomposer_dir` names another."""
+    all, in `cache` when given, else starting from the run's step_features); the programs come
+    from the run's decomposer unless `decomposer_dir` names another."""
     decomposer_dir = Path(decomposer_dir or run.decomposer_dir)
     decomposer = load_decomposer(decomposer_dir)
-    modules, cache = ModuleSet(run), ({} if cache is None else cache)
+    modules, cache = ModuleSet(run), (run.step_features() if cache is None else cache)
     out = {}
     for source, (split, author) in SOURCES.items():
         examples = data[split]
         programs = ([parse_program(ex.program) for ex in examples] if author == "gold"
-                    else cached_programs(decomposer_dir / "cache", decomposer, Split(examples, decomposer.operators, split)))
+                    else cached_programs(decomposer_dir / "cache", decomposer, TextSplit([ex.question for ex in examples], split)))
         out[source] = execute_modes(run, modules, cache, programs, [ex.answer for ex in examples])
     return out
 
@@ -108,7 +108,8 @@ def reproduce_steps(out: Path, config: StepsConfig, eval_files: tuple[Path, ...]
     run = StepsRun(out, config)
     summary = run.prepare_data()
     start = time.perf_counter()
-    metrics = train_decomposer(run.decomposer_dir, config.decomposer, print_fn)  # reused when already trained
+    programs = decomposer_data(config.decomposer)  # its test splits are the programs executed below
+    metrics = train_decomposer(run.decomposer_dir, config.decomposer, print_fn, programs)  # reused when already trained
     run.add_time("decomposer", time.perf_counter() - start)
     for stage in PIPELINE:
         STAGES[stage](run)
@@ -117,8 +118,8 @@ def reproduce_steps(out: Path, config: StepsConfig, eval_files: tuple[Path, ...]
                "single_step": evaluate_run(run),
                "decomposer": decomposer_summary(run.decomposer_dir, metrics)}
     start = time.perf_counter()
-    cache, modes = {}, list(MODES.values())  # step question -> features, shared by every execution below
-    results["execution"] = execute_sources(run, decomposer_data(config.decomposer), cache=cache)
+    cache, modes = run.step_features(), list(MODES.values())  # step question -> features, shared by every execution below
+    results["execution"] = execute_sources(run, programs, cache=cache)
     results["task2"] = evaluate_questions(run, task2_test(config.seed, config.decomposer.n), modes, cache)  # 80k, as the paper's
     results["external"] = {Path(path).name: evaluate_questions(run, read_jsonl(path, answers=None), modes, cache)
                            for path in eval_files}

@@ -67,7 +67,8 @@ def plug_in(parent_dir: Path, out: Path, operation: str, decomposer_dir: Path | 
     run.prepare_data()  # the parent's operations' data (same generator and seed) plus the new one's
 
     start = time.perf_counter()
-    decomposer = train_decomposer(run.decomposer_dir, config.decomposer, print_fn)
+    data = decomposer_data(config.decomposer)  # its test splits are the programs executed below
+    decomposer = train_decomposer(run.decomposer_dir, config.decomposer, print_fn, data)
     run.add_time("decomposer", time.perf_counter() - start)
     new = [run.space.domains.index(operation)]
     STAGES["experts"](run, domains=new, kinds=("residual",))
@@ -77,7 +78,6 @@ def plug_in(parent_dir: Path, out: Path, operation: str, decomposer_dir: Path | 
     unchanged = all(module_digest(run.module_dir(*p.split("/"))) == d for p, d in before_digests.items())
 
     start = time.perf_counter()
-    data = decomposer_data(config.decomposer)
     results = {"task": "plug-in", "operation": operation, "parent": str(parent_dir), "seed": config.seed,
                "frozen_modules_unchanged": unchanged, "frozen_modules": sorted(before_digests),
                "decomposer": decomposer_summary(run.decomposer_dir, decomposer),

@@ -31,7 +31,8 @@ def evaluate_questions(run: StepsRun, examples: Sequence[Example], compositions:
     """Every question is decomposed by the run's decomposer and its program executed step by step:
     exact accuracy of the answers per composition, overall and by number of operations (the
     record's own program's where it has one, else the decomposer's), and program exact-match over
-    the records that have a program. `cache` (step question -> features) may be shared across calls."""
+    the records that have a program. `cache` (step question -> features; by default the run's
+step_features) may be shared across calls."""
     for ex in examples:
         if len(extract_numbers(ex.question)) < 2:
             raise RedkitError(f"record {ex.id} ({ex.question!r}): fewer than two numbers, nothing to decompose")
@@ -39,7 +40,7 @@ def evaluate_questions(run: StepsRun, examples: Sequence[Example], compositions:
     gold = _gold_programs(examples)
     num_steps = [(g or p).num_steps for g, p in zip(gold, predicted)]
     with_program = [(p, g) for p, g in zip(predicted, gold) if g is not None]
-    modules, cache = ModuleSet(run), ({} if cache is None else cache)
+    modules, cache = ModuleSet(run), (run.step_features() if cache is None else cache)
     answers = [ex.answer for ex in examples]
     return {"n": len(examples), "with_program": len(with_program),
             "program_exact_match": (sum(render_program(p) == render_program(g) for p, g in with_program) / len(with_program)
