@@ -2,6 +2,7 @@
 
     <run>/config.json      the resolved RunConfig (a rerun with other settings is refused)
     <run>/data/            train/val/test/test_heldout_templates JSONL + splits.json + base_subset.json
+                           (+ base_val_subset.json when stage base validates on a sample)
     <run>/cache/           frozen-prefix states and pooled features (safe to delete)
     <run>/modules/         one directory per trained module (config.json + model.safetensors)
     <run>/log.jsonl        one line per epoch and per stage
@@ -83,6 +84,7 @@ class RunConfig(StagedConfig):
     data: DataConfig = field(default_factory=DataConfig)
     backbone: BackboneConfig = field(default_factory=BackboneConfig)
     base_fraction: float = 0.1  # of train, label-balanced, for stage base (the paper's weak global head)
+    base_val_examples: int | None = None  # stage base's per-epoch validation: all of val, or this many (label-balanced)
 
 
 def _first_difference(a: dict, b: dict, prefix: str = "") -> str | None:
@@ -171,17 +173,32 @@ class Run:
 
     def base_subset(self) -> list[int]:
         """Indices into train of stage base's label-balanced `base_fraction`, fixed once per run."""
-        path = self.dir / "data" / "base_subset.json"
+        size = round(len(self.splits["train"]) * self.config.base_fraction)
+        return self._balanced_subset("train", size, "base_subset.json")
+
+    def base_val_subset(self) -> list[int]:
+        """Indices into val that stage base scores after every epoch: all of it, or a label-balanced
+        `base_val_examples` of it (that loss only decides when to stop and which epoch to keep)."""
+        size = self.config.base_val_examples
+        if size is None or size >= len(self.splits["val"]):
+            return list(range(len(self.splits["val"])))
+        return self._balanced_subset("val", size, "base_val_subset.json")
+
+    def _balanced_subset(self, split: str, size: int, filename: str) -> list[int]:
+        """`size // num_domains` examples of each domain of `split`, drawn with the run's seed and
+        written to data/`filename`, so that a resumed or repeated stage uses the same ones."""
+        path = self.dir / "data" / filename
         if path.is_file():
             return json.loads(path.read_text())
-        train = self.splits["train"]
-        per_domain = round(len(train) * self.config.base_fraction) // self.space.num_domains
+        examples = self.splits[split]
+        per_domain = size // self.space.num_domains
         rng = random.Random(self.config.seed)
         chosen = []
         for label in range(self.space.num_domains):
-            pool = [i for i, ex in enumerate(train) if self.domain_label(ex) == label]
+            pool = [i for i, ex in enumerate(examples) if self.domain_label(ex) == label]
             if len(pool) < per_domain:
-                raise RedkitError(f"train has {len(pool)} examples of domain {self.space.domains[label]}, fewer than the {per_domain} stage base needs")
+                raise RedkitError(f"{split} has {len(pool)} examples of domain {self.space.domains[label]}, "
+                                  f"fewer than the {per_domain} stage base needs")
             chosen += rng.sample(pool, per_domain)
         chosen.sort()
         write_json(path, chosen)

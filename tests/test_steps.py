@@ -2,6 +2,7 @@
 
 import json
 import re
+import shutil
 
 import pytest
 
@@ -105,6 +106,20 @@ def test_eval_decomposes_records_that_have_no_program(tiny_run, tmp_path, capsys
     result = evaluate_questions(StepsRun(tiny_run), read_jsonl(path, answers=None), ["red", "red_oracle"])
     assert result["n"] == 5 and result["with_program"] == 1 and result["program_exact_match"] in (0.0, 1.0)
     assert set(result["compositions"]) == {"red", "red_oracle"} and result["compositions"]["red"]["all"]["n"] == 5
+
+
+def test_stage_base_validates_on_a_fixed_balanced_sample_of_val(tiny_run, tmp_path):
+    shutil.copytree(tiny_run / "data", tmp_path / "run" / "data")
+    (tmp_path / "run" / "data" / "base_val_subset.json").unlink(missing_ok=True)
+    run = StepsRun(tmp_path / "run", StepsConfig(base_val_examples=20))
+    sample = run.base_val_subset()
+    val = run.splits["val"]
+    assert len(sample) == 20 and len(val) > 20
+    assert sorted(run.domain_label(val[i]) for i in sample) == [0] * 10 + [1] * 10
+    (tmp_path / "run" / "data" / "base_val_subset.json").unlink()
+    assert run.base_val_subset() == sample  # drawn again from the seed: the same sample
+    run.config.base_val_examples = None
+    assert run.base_val_subset() == list(range(len(val)))
 
 
 def test_the_steps_run_answers_every_value_a_chain_reaches(tiny_run):

@@ -81,7 +81,7 @@ def stage_base(run: Run) -> dict:
     def work() -> dict:
         backbone = run.backbone
         subset = [run.splits["train"][i] for i in run.base_subset()]
-        val_examples = run.splits["val"]
+        val_examples = [run.splits["val"][i] for i in run.base_val_subset()]
         train_states = PrefixStates.build(run.cache_dir, backbone, [ex.question for ex in subset], "base-train")
         # Validation texts repeat a lot: score each distinct text once, weighted by its count.
         distinct: dict[str, list] = {}
