@@ -10,6 +10,11 @@
     redkit add-expert --run runs/steps --operation mul [--out DIR] [--decomposer DIR]
     redkit eval --run DIR --data FILE.jsonl [--composition NAME]
     redkit predict --run DIR "What is 12 plus 27?"
+    redkit study noise --run DIR [--composition red ...] [--model logit ...] [--level 0.5 ...] [--draws 20]
+    redkit study ablation --run DIR [--part rank ...] [--experts K ...] [--with-base]
+    redkit study seeds --task task1 [--seeds 5] [--out runs/seeds-task1]
+    redkit study complexity --run DIR [--repeats 50]
+    redkit report --run DIR                                          (report.html: the run and its studies)
 """
 
 import argparse
@@ -76,6 +81,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--run", required=True, type=Path)
     p.add_argument("question")
     p.add_argument("--composition", default="red")
+
+    p = sub.add_parser("report", help="rebuild <run>/report.html: the run's tables and every study, figures inlined")
+    p.add_argument("--run", required=True, type=Path)
+
+    p = sub.add_parser("study", help="test a claim of the paper on a trained run (results under <run>/studies/)",
+                       description="`redkit study STUDY --help` lists a study's flags.")
+    p.add_argument("study", help=" | ".join(STUDIES))
+    p.add_argument("options", nargs=argparse.REMAINDER, help="the study's own flags")
     return parser
 
 
@@ -121,6 +134,8 @@ def _eval_option(p: argparse.ArgumentParser) -> None:
 
 def _text_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", type=Path, default=None, help="run directory (default runs/<task>[-random])")
+    p.add_argument("--experts", type=int, default=None,
+                   help="K experts, each a contiguous equal-width part of the answers (default: one per range R1..R5)")
     _eval_option(p)
     _add_run_options(p)
 
@@ -133,6 +148,11 @@ def _text_benchmark(task: str) -> tuple:
 
         out = args.out or Path("runs") / (task + ("" if args.split == "structure" else f"-{args.split}"))
         config = _run_config(args, task)
+        if args.experts is not None:
+            from redkit.space import ANSWER_RANGES
+
+            ANSWER_RANGES.in_equal_parts(args.experts)  # a bad K fails before anything is written
+            config.experts = args.experts
         if config.backbone.path:  # refuse a bad path before anything is written
             check_model_dir(Path(config.backbone.path))
         reproduce(out, config, tuple(args.eval_files))
@@ -265,11 +285,98 @@ BENCHMARKS.register("digits")((_digits_options, cmd_reproduce_digits))
 BENCHMARKS.register("toy")((_toy_options, cmd_reproduce_toy))
 
 
-def cmd_reproduce(args) -> None:
-    add_options, run = BENCHMARKS[args.benchmark]
-    parser = argparse.ArgumentParser(prog=f"redkit reproduce {args.benchmark}")
+def _run_sub_command(registry: Registry, name: str, options: list[str], prog: str) -> None:
+    add_options, run = registry[name]
+    parser = argparse.ArgumentParser(prog=prog)
     add_options(parser)
-    run(parser.parse_args(args.options))
+    run(parser.parse_args(options))
+
+
+def cmd_reproduce(args) -> None:
+    _run_sub_command(BENCHMARKS, args.benchmark, args.options, f"redkit reproduce {args.benchmark}")
+
+
+def _noise_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--run", required=True, type=Path, help="a trained run (task1, task2, steps or digits)")
+    p.add_argument("--composition", action="append", default=None, help="a routed composition (default: every one the run has)")
+    p.add_argument("--model", action="append", default=None, help="logit | misroute | neighbour | flatten (default: all)")
+    p.add_argument("--level", action="append", type=float, default=None, help="levels of the one --model (default: its grid)")
+    p.add_argument("--draws", type=int, default=20, help="noise draws per level (default 20)")
+    p.add_argument("--split", default="test")
+    p.add_argument("--seed", type=int, default=0)
+
+
+def cmd_study_noise(args) -> None:
+    from redkit.study import run_noise_study
+    from redkit.study.noise import NoiseStudyConfig
+    from redkit.study.noise_models import NOISE_MODELS
+
+    config = NoiseStudyConfig(compositions=tuple(args.composition or ()), models=tuple(args.model or NOISE_MODELS),
+                              levels=tuple(args.level or ()), draws=args.draws, split=args.split, seed=args.seed)
+    run_noise_study(args.run, config)
+
+
+def _complexity_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--run", required=True, type=Path, help="a trained run (task1, task2, steps or digits)")
+    p.add_argument("--repeats", type=int, default=50, help="timed calls per component and batch size (default 50)")
+
+
+def cmd_study_complexity(args) -> None:
+    from redkit.study import run_complexity_study
+    from redkit.study.complexity import ComplexityConfig
+
+    run_complexity_study(args.run, ComplexityConfig(repeats=args.repeats))
+
+
+def _ablation_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--run", required=True, type=Path, help="a trained run (task1, task2, steps or digits)")
+    p.add_argument("--part", action="append", default=None, help="rank | correction | experts (default: all three)")
+    p.add_argument("--experts", type=int, action="append", default=None, help="values of K (default 2 5 10 20)")
+    p.add_argument("--with-base", action="store_true", help="also retrain stage base on 5%%, 10%%, 25%%, 100%% of train")
+
+
+def cmd_study_ablation(args) -> None:
+    from redkit.study import run_ablation_study
+    from redkit.study.ablation import AblationConfig
+
+    parts = tuple(args.part or AblationConfig.parts) + (("base",) if args.with_base else ())
+    config = AblationConfig(parts=parts, **({"experts": tuple(args.experts)} if args.experts else {}))
+    run_ablation_study(args.run, config)
+
+
+def _seeds_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--task", default="task1", help="task1 | task2 | digits")
+    p.add_argument("--seeds", type=int, default=5, help="replicates, seeds 0..N-1 (default 5)")
+    p.add_argument("--out", type=Path, default=None, help="default runs/seeds-<task>")
+    p.add_argument("--n", type=int, default=None, help="examples of a text task (default: the task's)")
+    p.add_argument("--max-epochs", type=int, default=None, help="cap every stage's epochs (quick runs)")
+
+
+def cmd_study_seeds(args) -> None:
+    from redkit.study import run_seeds_study
+    from redkit.study.seeds import SeedsConfig
+
+    config = SeedsConfig(task=args.task, seeds=args.seeds, n=args.n, max_epochs=args.max_epochs)
+    run_seeds_study(args.out or Path("runs") / f"seeds-{args.task}", config)
+
+
+STUDIES: Registry[tuple] = Registry("study")  # name -> (add its flags to a parser, run it)
+STUDIES.register("noise")((_noise_options, cmd_study_noise))
+STUDIES.register("ablation")((_ablation_options, cmd_study_ablation))
+STUDIES.register("seeds")((_seeds_options, cmd_study_seeds))
+STUDIES.register("complexity")((_complexity_options, cmd_study_complexity))
+
+
+def cmd_report(args) -> None:
+    from redkit.study.html import write_html_report
+
+    if not (args.run / "report.md").is_file() and not (args.run / "studies").is_dir():
+        raise RedkitError(f"{args.run}: no report.md and no studies/ to build a report from")
+    print(write_html_report(args.run))
+
+
+def cmd_study(args) -> None:
+    _run_sub_command(STUDIES, args.study, args.options, f"redkit study {args.study}")
 
 
 def _domains(names: list[str] | None) -> list[int] | None:
@@ -303,19 +410,15 @@ def cmd_add_expert(args) -> None:
     plug_in(args.run, args.out or args.run.with_name(f"{args.run.name}-{args.operation}"), args.operation, args.decomposer)
 
 
-def _open_run(path: Path):
-    """A text run or a steps run, by the task its config.json names."""
-    import json
+def _open_text_run(path: Path):
+    """A run that answers questions (text or steps): eval and predict take text."""
+    from redkit.digits.run import DigitsRun
+    from redkit.open_run import open_run
 
-    from redkit.run import Run
-    from redkit.steps import StepsRun
-
-    saved = path / "config.json"
-    try:
-        task = json.loads(saved.read_text()).get("task") if saved.is_file() else None
-    except (json.JSONDecodeError, UnicodeDecodeError, AttributeError) as err:
-        raise RedkitError(f"{saved}: not a redkit run config ({err})") from None
-    return (StepsRun if task == "steps" else Run)(path)
+    run = open_run(path)
+    if isinstance(run, DigitsRun):
+        raise RedkitError(f"{path} is a digits run: its images are evaluated by `redkit reproduce digits`, not from text")
+    return run
 
 
 def _compositions(names: list[str] | None, default: list[str]) -> list[str]:
@@ -333,7 +436,7 @@ def cmd_eval(args) -> None:
     from redkit.pipeline import evaluate_file
     from redkit.steps import StepsRun
 
-    run = _open_run(args.run)
+    run = _open_text_run(args.run)
     if isinstance(run, StepsRun):
         from redkit.steps.questions import evaluate_questions
 
@@ -368,7 +471,7 @@ def cmd_predict(args) -> None:
     from redkit.steps import StepsRun
 
     COMPOSITIONS[args.composition]  # an unknown name fails before any work
-    run = _open_run(args.run)
+    run = _open_text_run(args.run)
     if isinstance(run, StepsRun):
         from redkit.programs import render_program
         from redkit.steps.questions import explain
@@ -393,7 +496,8 @@ def cmd_predict(args) -> None:
 
 
 COMMANDS = {"data": cmd_data, "reproduce": cmd_reproduce, "train": cmd_train, "add-expert": cmd_add_expert,
-            "eval": cmd_eval, "predict": cmd_predict}
+            "eval": cmd_eval, "predict": cmd_predict, "study": cmd_study,
+            "report": cmd_report}
 
 
 def main(argv: list[str] | None = None) -> int:

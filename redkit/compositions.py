@@ -12,6 +12,10 @@ oracle variants) and returns `Composed(probs (N, C), weights (N, K) or None)`.
     red_oracle    RED with α = one-hot(true range)
     red_uniform   RED with α = 1/K ("AllFix")
     red_logits    softmax(C(h) + Σ α_i W_i h)                the original code's logit-space residual
+
+Each multi-expert composition is a `Mixture` (what the K experts output, how α combines it) and
+a source of α: a trained router (`ROUTED`: red, moe, red_logits, the ones routing noise acts on),
+the true domain (oracles) or 1/K (uniform).
 """
 
 from typing import TYPE_CHECKING, Callable, NamedTuple
@@ -47,6 +51,10 @@ class ModuleSet:
             self._loaded[key] = load_module(run.module_dir(*parts), run.fingerprint, run.feature_dim)[0].to(run.device)
         return self._loaded[key]
 
+    def loaded(self) -> dict[str, nn.Module]:
+        """The modules loaded so far, by path under modules/ (what the compositions called have used)."""
+        return dict(self._loaded)
+
     def classifier(self) -> nn.Module:
         return self._load("classifier")
 
@@ -69,63 +77,108 @@ class ModuleSet:
 COMPOSITIONS: Registry[Callable[[ModuleSet, torch.Tensor, torch.Tensor], Composed]] = Registry("composition")
 
 
-def _one_hot(modules: "ModuleSet", labels: torch.Tensor) -> torch.Tensor:
-    return F.one_hot(labels, modules.run.space.num_domains).float()
+# ---- mixtures: K experts' outputs, combined by weights α -------------------------------------------
+
+class Mixture(NamedTuple):
+    """What K experts contribute and how weights α combine it, apart from where α comes from (the
+    split of transformers' Mixtral block: routing first, then expert computation given the weights).
+    `outputs` runs the experts once; `mix` is cheap, so a study can re-mix under many α."""
+
+    outputs: Callable[[ModuleSet, torch.Tensor], torch.Tensor]  # h (N, d) -> (N, K, ·)
+    mix: Callable[[ModuleSet, torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]  # (h, outputs, α (N, K)) -> probs (N, C)
 
 
-def _uniform(modules: "ModuleSet", h: torch.Tensor) -> torch.Tensor:
-    k = modules.run.space.num_domains
-    return torch.full((h.shape[0], k), 1.0 / k, device=h.device)
+def _head_probs(modules: ModuleSet, h: torch.Tensor) -> torch.Tensor:
+    return torch.stack([F.softmax(head(h), dim=-1) for head in modules.heads()], dim=1)  # (N, K, C)
 
 
-def _mix_heads(heads: list[nn.Module], h: torch.Tensor, alpha: torch.Tensor) -> torch.Tensor:
-    """Σ_i α_i softmax(E_i(h)): (N, K) weights, K heads -> (N, C)."""
-    probs = torch.stack([F.softmax(head(h), dim=-1) for head in heads], dim=1)  # (N, K, C)
-    return (alpha.unsqueeze(-1) * probs).sum(dim=1)
+def _residuals(modules: ModuleSet, h: torch.Tensor) -> torch.Tensor:
+    return torch.stack([expert(h) for expert in modules.experts("residual")], dim=1)  # (N, K, d)
 
 
-def red_logits_of(modules: ModuleSet, h: torch.Tensor, alpha: torch.Tensor) -> torch.Tensor:
-    """RED: h_hat = h + Σ_i α_i Δh_i(h), logits = C(h_hat). (N, d), (N, K) -> (N, C)."""
-    deltas = torch.stack([expert(h) for expert in modules.experts("residual")], dim=1)  # (N, K, d)
-    return modules.classifier()(h + (alpha.unsqueeze(-1) * deltas).sum(dim=1))
+def _logit_corrections(modules: ModuleSet, h: torch.Tensor) -> torch.Tensor:
+    return torch.stack([expert(h) for expert in modules.experts("logit")], dim=1)  # (N, K, C)
 
 
-def _red(alpha_of: Callable[[ModuleSet, torch.Tensor, torch.Tensor], torch.Tensor]):
-    def compose(modules: ModuleSet, h: torch.Tensor, labels: torch.Tensor) -> Composed:
+def _weighted(outputs: torch.Tensor, alpha: torch.Tensor) -> torch.Tensor:
+    """Σ_i α_i outputs_i: (N, K, ·), (N, K) -> (N, ·)."""
+    return (alpha.unsqueeze(-1) * outputs).sum(dim=1)
+
+
+MIXTURES: dict[str, Mixture] = {
+    # Σ_i α_i softmax(E_i(h)): the baselines' full heads
+    "heads": Mixture(_head_probs, lambda m, h, probs, alpha: _weighted(probs, alpha)),
+    # softmax(C(h + Σ_i α_i Δh_i(h))): RED
+    "residual": Mixture(_residuals, lambda m, h, deltas, alpha: F.softmax(m.classifier()(h + _weighted(deltas, alpha)), dim=-1)),
+    # softmax(C(h) + Σ_i α_i W_i h): the original code's logit-space residual
+    "logit": Mixture(_logit_corrections, lambda m, h, dz, alpha: F.softmax(m.classifier()(h) + _weighted(dz, alpha), dim=-1)),
+}
+
+
+# ---- where α comes from --------------------------------------------------------------------------
+
+class Routed(NamedTuple):
+    """A composition whose α is softmax of a trained router's logits: the ones routing noise acts on."""
+
+    mixture: str  # a MIXTURES key
+    router: str  # "router" (RED's, domain-supervised) or "gate" (MoE's, trained on the task loss)
+
+
+ROUTED: Registry[Routed] = Registry("routed composition")
+
+
+def router_logits(modules: ModuleSet, router: str, h: torch.Tensor) -> torch.Tensor:
+    """(N, K) logits of the run's router or gate."""
+    return getattr(modules, router)()(h)
+
+
+def one_hot_alpha(labels: torch.Tensor, k: int) -> torch.Tensor:
+    """α = one-hot(true domain) (N, K): the oracle's routing."""
+    return F.one_hot(labels, k).float()
+
+
+def uniform_alpha(n: int, k: int, device: torch.device) -> torch.Tensor:
+    """α = 1/K (N, K): no routing at all."""
+    return torch.full((n, k), 1.0 / k, device=device)
+
+
+AlphaNoise = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]  # (router logits (N, K), true domains (N,)) -> α (N, K)
+
+
+def _register_routed(name: str, mixture: str, router: str) -> None:
+    ROUTED.register(name)(Routed(mixture, router))
+
+    def composition(modules: ModuleSet, h: torch.Tensor, labels: torch.Tensor, alpha_noise: AlphaNoise | None = None) -> Composed:
+        logits = router_logits(modules, router, h)
+        alpha = alpha_noise(logits, labels) if alpha_noise else F.softmax(logits, dim=-1)
+        return Composed(MIXTURES[mixture].mix(modules, h, MIXTURES[mixture].outputs(modules, h), alpha), alpha)
+
+    COMPOSITIONS.register(name)(composition)
+
+
+def _register_fixed(name: str, mixture: str, alpha_of: Callable[[ModuleSet, torch.Tensor, torch.Tensor], torch.Tensor]) -> None:
+    def composition(modules: ModuleSet, h: torch.Tensor, labels: torch.Tensor) -> Composed:
         alpha = alpha_of(modules, h, labels)
-        return Composed(F.softmax(red_logits_of(modules, h, alpha), dim=-1), alpha)
-    return compose
+        return Composed(MIXTURES[mixture].mix(modules, h, MIXTURES[mixture].outputs(modules, h), alpha), alpha)
 
-
-def _router_alpha(modules: ModuleSet, h: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-    return F.softmax(modules.router()(h), dim=-1)
+    COMPOSITIONS.register(name)(composition)
 
 
 COMPOSITIONS.register("global_10pct")(lambda m, h, y: Composed(F.softmax(m.classifier()(h), dim=-1), None))
 COMPOSITIONS.register("global_full")(lambda m, h, y: Composed(F.softmax(m.global_head()(h), dim=-1), None))
-COMPOSITIONS.register("oracle")(lambda m, h, y: Composed(_mix_heads(m.heads(), h, _one_hot(m, y)), _one_hot(m, y)))
-COMPOSITIONS.register("uniform")(lambda m, h, y: Composed(_mix_heads(m.heads(), h, _uniform(m, h)), _uniform(m, h)))
-
-
-@COMPOSITIONS.register("moe")
-def moe(modules: ModuleSet, h: torch.Tensor, labels: torch.Tensor) -> Composed:
-    alpha = F.softmax(modules.gate()(h), dim=-1)
-    return Composed(_mix_heads(modules.heads(), h, alpha), alpha)
-
-
-COMPOSITIONS.register("red")(_red(_router_alpha))
-COMPOSITIONS.register("red_oracle")(_red(lambda m, h, y: _one_hot(m, y)))
-COMPOSITIONS.register("red_uniform")(_red(lambda m, h, y: _uniform(m, h)))
-
-
-@COMPOSITIONS.register("red_logits")
-def red_logits(modules: ModuleSet, h: torch.Tensor, labels: torch.Tensor) -> Composed:
-    alpha = _router_alpha(modules, h, labels)
-    corrections = torch.stack([expert(h) for expert in modules.experts("logit")], dim=1)  # (N, K, C)
-    logits = modules.classifier()(h) + (alpha.unsqueeze(-1) * corrections).sum(dim=1)
-    return Composed(F.softmax(logits, dim=-1), alpha)
-
+_register_fixed("oracle", "heads", lambda m, h, y: one_hot_alpha(y, m.run.space.num_domains))
+_register_fixed("uniform", "heads", lambda m, h, y: uniform_alpha(len(h), m.run.space.num_domains, h.device))
+_register_routed("moe", "heads", "gate")
+_register_routed("red", "residual", "router")
+_register_fixed("red_oracle", "residual", lambda m, h, y: one_hot_alpha(y, m.run.space.num_domains))
+_register_fixed("red_uniform", "residual", lambda m, h, y: uniform_alpha(len(h), m.run.space.num_domains, h.device))
+_register_routed("red_logits", "logit", "router")
 
 @torch.no_grad()
-def compose(name: str, modules: ModuleSet, h: torch.Tensor, labels: torch.Tensor) -> Composed:
-    return COMPOSITIONS[name](modules, h, labels)
+def compose(name: str, modules: ModuleSet, h: torch.Tensor, labels: torch.Tensor, alpha_noise: AlphaNoise | None = None) -> Composed:
+    """Composition `name` on features h (N, d). `alpha_noise` replaces softmax(router logits) of a
+    routed composition (a routing-noise study); a composition without a router refuses it."""
+    if alpha_noise is None:
+        return COMPOSITIONS[name](modules, h, labels)
+    ROUTED[name]  # a composition without a router has no α to perturb
+    return COMPOSITIONS[name](modules, h, labels, alpha_noise)

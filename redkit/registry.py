@@ -45,5 +45,8 @@ class Registry(Generic[T]):
     def __iter__(self) -> Iterator[str]:
         return iter(self._entries)
 
+    def __len__(self) -> int:
+        return len(self._entries)
+
     def names(self) -> list[str]:
         return list(self._entries)

@@ -37,7 +37,7 @@ def _figure_per_range(directory: Path, split_results: dict) -> str:
     ax.set_ylim(0, 1.02)
     ax.legend(ncol=3, fontsize=7, loc="lower left")
     ax.set_title("Exact accuracy by answer range (test)")
-    return _save(fig, directory / "figures" / "per_range_accuracy.png")
+    return save_figure(fig, directory / "figures" / "per_range_accuracy.png")
 
 
 def _figure_weights(directory: Path, split_results: dict) -> str:
@@ -53,10 +53,11 @@ def _figure_weights(directory: Path, split_results: dict) -> str:
         ax.set_ylabel("true range")
         ax.set_title(f"{name}: mean expert weight")
         fig.colorbar(image, ax=ax, fraction=0.046)
-    return _save(fig, directory / "figures" / "expert_weights.png")
+    return save_figure(fig, directory / "figures" / "expert_weights.png")
 
 
-def _save(fig, path: Path) -> str:
+def save_figure(fig, path: Path) -> str:
+    """Save as PNG (atomically) and return its path relative to the folder above its own."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.tight_layout()
     with atomic_path(path) as tmp:

@@ -85,6 +85,7 @@ class RunConfig(StagedConfig):
     backbone: BackboneConfig = field(default_factory=BackboneConfig)
     base_fraction: float = 0.1  # of train, label-balanced, for stage base (the paper's weak global head)
     base_val_examples: int | None = None  # stage base's per-epoch validation: all of val, or this many (label-balanced)
+    experts: int | None = None  # None: one expert per answer range R1..R5; K: K equal-width parts of the answers
 
 
 def _first_difference(a: dict, b: dict, prefix: str = "") -> str | None:
@@ -105,7 +106,6 @@ class Run:
     benchmarks (digits) subclass it and replace where features come from."""
 
     config_class: type[StagedConfig] = RunConfig
-    space: LabelSpace = ANSWER_RANGES
 
     def __init__(self, directory: str | Path, config: StagedConfig | None = None):
         """Open (or create) a run. A new config must match the one the run was made with."""
@@ -238,8 +238,15 @@ class Run:
             raise RedkitError(f"{self.module_dir('backbone_top')}: missing; stage base has not run yet, so there is no tuned backbone")
         return cached_features(self.cache_dir, self.backbone, [ex.question for ex in examples], name)
 
+    @cached_property
+    def space(self) -> LabelSpace:
+        """99 answers; one expert per range R1..R5, or per equal-width part with `experts`."""
+        return ANSWER_RANGES.in_equal_parts(self.config.experts) if self.config.experts else ANSWER_RANGES
+
     def domain_label(self, example: Example) -> int:
-        """Which expert's domain an example belongs to: its answer range here."""
+        """Which expert's domain an example belongs to: its answer range, or its part with `experts`."""
+        if self.config.experts:
+            return self.space.domain_of_class(self.space.class_of(example.answer))
         return example.label
 
     def split_tensors(self, name: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

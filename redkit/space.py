@@ -9,7 +9,7 @@ Classes are consecutive integer values: class c stands for the value `first_valu
 2..100: first_value 2; digits 0..9: first_value 0).
 """
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from redkit.data.vocabulary import MIN_ANSWER, NUM_CLASSES, SHORT_NAMES
 from redkit.errors import RedkitError
@@ -20,6 +20,7 @@ class LabelSpace:
     num_classes: int  # C
     domains: tuple[str, ...]  # one expert per domain; the names are also module directory names
     first_value: int = 0  # the value of class 0
+    equal_parts: bool = False  # the domains are K contiguous runs of classes of equal width (`in_equal_parts`)
 
     @classmethod
     def of_values(cls, low: int, high: int, domains: tuple[str, ...]) -> "LabelSpace":
@@ -41,6 +42,19 @@ class LabelSpace:
         if not low <= value <= high:
             raise RedkitError(f"{where + ': ' if where else ''}answer {value} is outside this run's classes {low}..{high}")
         return value - self.first_value
+
+    def in_equal_parts(self, k: int) -> "LabelSpace":
+        """The same classes divided among k experts, each a contiguous run of classes of (nearly)
+        equal width: domain of class c = floor(c k / C) (`--experts K`, and the study of K)."""
+        if not 2 <= k <= self.num_classes:
+            raise RedkitError(f"--experts {k}: the number of experts must be between 2 and {self.num_classes} (the classes)")
+        return replace(self, domains=tuple(f"part{i + 1}of{k}" for i in range(k)), equal_parts=True)
+
+    def domain_of_class(self, cls):
+        """Domain of a class (int, numpy array or tensor) in a space made by `in_equal_parts`."""
+        if not self.equal_parts:
+            raise RedkitError("domain_of_class needs equal-width domains; this space's domains come from the data")
+        return cls * self.num_domains // self.num_classes
 
     def value_of(self, cls):
         """The value of a class: an int, or elementwise for a numpy array or tensor of classes."""

@@ -31,6 +31,7 @@ class DigitsConfig(StagedConfig):
     test_ratio: float = 0.2  # scikit-learn digits only (stratified); MNIST ships its own test set
     val_ratio: float = 0.1  # of the training images, stratified by digit, for early stopping
     base_ratio: float = 0.1  # of the training split, stratified by digit, for stage base (the weak global head)
+    data_seed: int | None = None  # of the splits above; None = `seed` (replicates over seeds fix it: same data)
     backbone: MLPBackboneConfig = field(default_factory=MLPBackboneConfig)
 
     def __post_init__(self) -> None:
@@ -39,6 +40,10 @@ class DigitsConfig(StagedConfig):
                 raise RedkitError(f"{name} must be strictly between 0 and 1, not {value}")
         if not 0.0 < self.base_ratio <= 1.0:
             raise RedkitError(f"base_ratio must be in (0, 1], not {self.base_ratio}")
+
+    @property
+    def split_seed(self) -> int:
+        return self.seed if self.data_seed is None else self.data_seed
 
     def set_for_stages(self, stages: tuple[str, ...] = STAGE_NAMES, **values) -> None:
         """Set training values (batch_size=..., max_epochs=...) for the given stages, over the defaults."""

@@ -39,7 +39,7 @@ class DigitsRun(Run):
 
     @cached_property
     def source(self) -> Source:
-        return load_source(self.config.data_dir, self.config.test_ratio, self.config.seed)
+        return load_source(self.config.data_dir, self.config.test_ratio, self.config.split_seed)
 
     def prepare_data(self) -> dict:
         """Write splits.json once; reruns reuse it, after checking the source is still the same data."""
@@ -55,7 +55,7 @@ class DigitsRun(Run):
                 raise RedkitError(f"{where}: the images differ from those {self.splits_path} was made from; "
                                   "use another --save_dir or delete it")
             return summary
-        summary = make_splits(self.source, self.config.val_ratio, self.config.base_ratio, self.config.seed)
+        summary = make_splits(self.source, self.config.val_ratio, self.config.base_ratio, self.config.split_seed)
         write_json(self.splits_path, summary)
         return summary
 

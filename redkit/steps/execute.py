@@ -8,7 +8,7 @@ import numpy as np
 import torch
 from sklearn.metrics import f1_score
 
-from redkit.compositions import ModuleSet, compose
+from redkit.compositions import AlphaNoise, ModuleSet, compose
 from redkit.data.expression import OPERATION_NAMES
 from redkit.features import encode
 from redkit.programs import Call, Program, execute_batch, step_question
@@ -25,10 +25,11 @@ class NeuralExecutor:
     """A batch step function for `execute_batch`, answering with one composition of the run."""
 
     def __init__(self, run: StepsRun, modules: ModuleSet, composition: str, cache: dict[str, torch.Tensor],
-                 trace: list[StepTrace] | None = None):
+                 trace: list[StepTrace] | None = None, alpha_noise: AlphaNoise | None = None):
         self.run, self.modules, self.composition = run, modules, composition
         self.cache = cache  # question text -> (d,) features, shared by every composition
         self.trace = trace  # when a list, every step answered is appended to it
+        self.alpha_noise = alpha_noise  # perturbs the routing of every step (a routing-noise study)
 
     def features(self, texts: list[str]) -> torch.Tensor:
         missing = sorted({t for t in texts if t not in self.cache})
@@ -45,7 +46,7 @@ class NeuralExecutor:
         domains = self.run.space.domains
         ops = torch.tensor([domains.index(name) if (name := OPERATION_NAMES[op]) in domains else 0 for _, op, _ in calls],
                            device=h.device)
-        composed = compose(self.composition, self.modules, h, ops)
+        composed = compose(self.composition, self.modules, h, ops, self.alpha_noise)
         values = self.run.space.value_of(composed.probs.argmax(dim=-1).cpu()).tolist()
         if self.trace is not None:
             weights = composed.weights.cpu().tolist() if composed.weights is not None else [None] * len(calls)

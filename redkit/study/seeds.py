@@ -1,0 +1,143 @@
+"""`redkit study seeds`: full replicates of a benchmark that differ only in the training seed, and
+the statistics that say which of the paper's orderings our data supports.
+
+    <out>/seed-<s>/      one complete run per seed (every stage, stage base included, retrained);
+                         the data is made once (data seed 0) and hard-linked into each (text: data/;
+                         digits: splits.json), and a text run's cache of frozen-prefix states is
+                         shared (its keys name the texts it holds)
+    <out>/studies/seeds/ results.json, report.md, figures/
+
+Per composition: mean, standard deviation and 95% Student-t interval of accuracy and macro-F1 over
+the seeds. Per ordered pair (A, B) the paper claims (A better than B): McNemar's exact test on the
+per-example correctness of each seed (two-sided binomial test on the discordant pairs), and a paired
+t-test of the accuracies over seeds. A claim *holds* when A's mean is higher and the paired t-test
+gives p < 0.05; *is reversed* when B's is higher with p < 0.05; otherwise we *cannot tell*.
+"""
+
+import os
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+from scipy import stats
+from sklearn.metrics import f1_score
+
+from redkit.compositions import ModuleSet, compose
+from redkit.data.generate import DataConfig
+from redkit.data.tasks import TASKS
+from redkit.digits import reproduce_digits
+from redkit.digits.config import DigitsConfig
+from redkit.digits.run import DigitsRun
+from redkit.errors import RedkitError
+from redkit.pipeline import reproduce
+from redkit.run import Run, RunConfig
+from redkit.study.links import link_data, link_or_copy
+from redkit.study.stats import t_interval
+
+CLAIMS = (("red", "moe"), ("red", "global_full"), ("red", "uniform"), ("moe", "uniform"))
+COMPOSITIONS = ("global_10pct", "global_full", "oracle", "uniform", "moe", "red", "red_oracle", "red_uniform", "red_logits")
+
+
+@dataclass
+class SeedsConfig:
+    task: str = "task1"  # task1 | task2 | digits
+    seeds: int = 5  # seeds 0 .. seeds-1
+    n: int | None = None  # examples of a text task (default: the task's)
+    data_seed: int = 0
+    split: str = "test"
+    max_epochs: int | None = None  # cap every stage (quick runs and tests)
+
+    def __post_init__(self) -> None:
+        if self.seeds < 2:
+            raise RedkitError(f"--seeds {self.seeds}: a study of seeds needs at least 2")
+        if self.task not in ("task1", "task2", "digits"):
+            raise RedkitError(f"--task {self.task}: the seeds study replicates task1, task2 or digits")
+        if self.n is not None and self.task == "digits":
+            raise RedkitError("--n: a digits run uses every image of its source")
+
+
+def replicate_config(config: SeedsConfig, seed: int) -> RunConfig | DigitsConfig:
+    if config.task == "digits":
+        run_config = DigitsConfig(seed=seed, data_seed=config.data_seed)
+    else:
+        n = config.n or TASKS[config.task].default_n
+        run_config = RunConfig(task=config.task, seed=seed, data=DataConfig(task=config.task, n=n, seed=config.data_seed))
+    if config.max_epochs is not None:
+        for stage in ("base", "experts", "heads", "router", "gate"):
+            run_config.stage_overrides.setdefault(stage, {})["max_epochs"] = config.max_epochs
+    return run_config
+
+
+def replicate(out: Path, config: SeedsConfig, seed: int) -> Run:
+    """Train (or finish: every stage resumes) the run of one seed, on seed 0's data."""
+    directory, first = out / f"seed-{seed}", out / "seed-0"
+    quiet = lambda *_: None  # noqa: E731
+    if config.task == "digits":
+        if seed > 0 and not (directory / "splits.json").exists():
+            link_or_copy(first / "splits.json", directory / "splits.json")
+        reproduce_digits(directory, replicate_config(config, seed), "all", print_fn=quiet)
+        return DigitsRun(directory)
+    if seed > 0:
+        link_data(first / "data", directory / "data")
+    if not (directory / "cache").exists():
+        directory.mkdir(parents=True, exist_ok=True)
+        (out / "cache").mkdir(exist_ok=True)
+        os.symlink((out / "cache").resolve(), directory / "cache")
+    reproduce(directory, replicate_config(config, seed), print_fn=quiet)
+    return Run(directory)
+
+
+def predictions(run, names: tuple[str, ...], split: str) -> tuple[dict[str, np.ndarray], np.ndarray]:
+    """({composition: predicted classes (N,)}, true classes (N,)) on `split`."""
+    h, classes, domains = run.split_tensors(split)
+    modules = ModuleSet(run)
+    return {name: compose(name, modules, h, domains).probs.argmax(dim=-1).numpy() for name in names}, classes.numpy()
+
+
+def mcnemar_exact(a_right: np.ndarray, b_right: np.ndarray) -> dict:
+    """McNemar's exact test: of the examples exactly one of A and B gets right, is A's share 1/2?"""
+    only_a, only_b = int((a_right & ~b_right).sum()), int((~a_right & b_right).sum())
+    p = stats.binomtest(only_a, only_a + only_b, 0.5).pvalue if only_a + only_b else 1.0
+    return {"only_a": only_a, "only_b": only_b, "p": float(p)}
+
+
+def verdict(diffs: np.ndarray, p: float | None) -> str:
+    """Of the claim "A is better than B", from A − B per seed and the paired t-test's p."""
+    if p is not None and p < 0.05:
+        return "holds" if diffs.mean() > 0 else "reversed"
+    return "cannot tell"
+
+
+def seeds_study(out: Path, config: SeedsConfig, print_fn=print) -> dict:
+    start = time.perf_counter()
+    out = Path(out)
+    runs, wall = [], {}
+    for seed in range(config.seeds):
+        began = time.perf_counter()
+        runs.append(replicate(out, config, seed))
+        wall[seed] = time.perf_counter() - began
+        print_fn(f"[seed {seed}] done in {wall[seed]:.0f} s")
+    per_seed = [predictions(run, COMPOSITIONS, config.split) for run in runs]  # [({name: pred}, true)]
+    per_composition = {}
+    for name in COMPOSITIONS:
+        accuracy = [float((pred[name] == true).mean()) for pred, true in per_seed]
+        macro_f1 = [float(f1_score(true, pred[name], labels=np.unique(true), average="macro", zero_division=0))
+                    for pred, true in per_seed]
+        per_composition[name] = {"accuracy": t_interval(accuracy) | {"per_seed": accuracy},
+                                 "macro_f1": t_interval(macro_f1) | {"per_seed": macro_f1}}
+    claims = []
+    for a, b in CLAIMS:
+        acc_a = np.array(per_composition[a]["accuracy"]["per_seed"])
+        acc_b = np.array(per_composition[b]["accuracy"]["per_seed"])
+        diffs = acc_a - acc_b
+        # Undefined (None) when the differences do not vary across seeds: then we cannot tell.
+        # (Accuracies are multiples of 1/n; a spread below 1e-9 is float rounding, not variation.)
+        p_t = float(stats.ttest_rel(acc_a, acc_b).pvalue) if np.ptp(diffs) > 1e-9 else None
+        mcnemar = [mcnemar_exact(pred[a] == true, pred[b] == true) for pred, true in per_seed]
+        claims.append({"a": a, "b": b, "mean_difference": float(diffs.mean()), "difference": t_interval(diffs),
+                       "paired_t_p": p_t, "mcnemar": mcnemar,
+                       "seeds_mcnemar_significant": sum(m["p"] < 0.05 for m in mcnemar), "verdict": verdict(diffs, p_t)})
+    return {"study": "seeds", "config": asdict(config), "seeds": list(range(config.seeds)), "n": int(len(per_seed[0][1])),
+            "compositions": per_composition, "claims": claims, "wall_seconds_per_seed": wall,
+            "seconds": time.perf_counter() - start}
