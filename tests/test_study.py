@@ -308,6 +308,8 @@ def test_seeds_study_replicates_on_the_same_data_and_tests_each_claim(tmp_path, 
     for claim in result["claims"]:
         assert claim["verdict"] in ("holds", "reversed", "cannot tell")
         assert all(0.0 <= m["p"] <= 1.0 for m in claim["mcnemar"]) and len(claim["mcnemar"]) == 2
+        a_wins = sum(m["p"] < 0.05 and m["only_a"] > m["only_b"] for m in claim["mcnemar"])
+        assert claim["seeds_significant"]["a"] == a_wins and sum(claim["seeds_significant"].values()) <= 2
     assert "## The paper's orderings" in printed and (out / "report.html").is_file()
 
 

@@ -183,6 +183,11 @@ def _p(p: float | None) -> str:
     return "n/a" if p is None else (f"{p:.2g}" if p >= 1e-4 else "< 1e-4")
 
 
+def _mcnemar(m: dict) -> str:
+    """One seed's McNemar test: which side wins more of the discordant examples ("A"/"B"), and p."""
+    return f"{'A' if m['only_a'] > m['only_b'] else 'B' if m['only_b'] > m['only_a'] else '='} {_p(m['p'])}"
+
+
 def seeds_report(directory: Path, result: dict) -> str:
     comps = result["compositions"]
     names = sorted(comps, key=lambda n: -comps[n]["accuracy"]["mean"])
@@ -191,8 +196,8 @@ def seeds_report(directory: Path, result: dict) -> str:
              f"{c['macro_f1']['mean']:.4f} [{c['macro_f1']['low']:.4f}, {c['macro_f1']['high']:.4f}]",
              " ".join(f"{a:.4f}" for a in c["accuracy"]["per_seed"])] for name, c in ((n, comps[n]) for n in names)]
     claims = [[f"{c['a']} > {c['b']}", f"{c['mean_difference']:+.4f} [{c['difference']['low']:+.4f}, {c['difference']['high']:+.4f}]",
-               _p(c["paired_t_p"]), " ".join(_p(m["p"]) for m in c["mcnemar"]),
-               f"{c['seeds_mcnemar_significant']}/{len(c['mcnemar'])}", f"**{c['verdict']}**"] for c in result["claims"]]
+               _p(c["paired_t_p"]), " ".join(_mcnemar(m) for m in c["mcnemar"]),
+               f"{c['seeds_significant']['a']} / {c['seeds_significant']['b']}", f"**{c['verdict']}**"] for c in result["claims"]]
     fig, ax = plt.subplots(figsize=(7.5, 3.8))
     for i, name in enumerate(names):
         acc = comps[name]["accuracy"]
@@ -209,9 +214,10 @@ def seeds_report(directory: Path, result: dict) -> str:
              "## Accuracy and macro-F1 per composition", "",
              markdown_table(["composition", "accuracy (mean ± sd)", "95% t-interval", "macro-F1 [95% interval]", "per seed"], rows),
              "", f"![seeds]({figure})", "", "## The paper's orderings", "",
-             "Paired t-test over seeds on accuracy; McNemar's exact test per seed on per-example correctness. "
+             "Paired t-test over seeds on accuracy; McNemar's exact test per seed on per-example correctness "
+             "(winner: the side right on more of the examples exactly one of them gets right). "
              "*holds*: A higher with p < 0.05; *reversed*: B higher with p < 0.05; else *cannot tell*.", "",
-             markdown_table(["claim", "A − B [95% interval]", "paired t p", "McNemar p per seed", "seeds p < 0.05", "verdict"], claims), ""]
+             markdown_table(["claim", "A − B [95% interval]", "paired t p", "McNemar per seed (winner, p)", "seeds A / B better at p < 0.05", "verdict"], claims), ""]
     wall = ", ".join(f"seed {k}: {v:.0f} s" for k, v in result["wall_seconds_per_seed"].items())
     return "\n".join(lines + [f"Wall time: {wall}; study {result['seconds']:.0f} s", ""] + run_footer(result))
 

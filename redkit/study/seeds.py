@@ -137,7 +137,10 @@ def seeds_study(out: Path, config: SeedsConfig, print_fn=print) -> dict:
         mcnemar = [mcnemar_exact(pred[a] == true, pred[b] == true) for pred, true in per_seed]
         claims.append({"a": a, "b": b, "mean_difference": float(diffs.mean()), "difference": t_interval(diffs),
                        "paired_t_p": p_t, "mcnemar": mcnemar,
-                       "seeds_mcnemar_significant": sum(m["p"] < 0.05 for m in mcnemar), "verdict": verdict(diffs, p_t)})
+                       # seeds where McNemar finds A (or B) significantly better at p < 0.05
+                       "seeds_significant": {side: sum(m["p"] < 0.05 and m[f"only_{side}"] > m[f"only_{other}"] for m in mcnemar)
+                                             for side, other in (("a", "b"), ("b", "a"))},
+                       "verdict": verdict(diffs, p_t)})
     return {"study": "seeds", "config": asdict(config), "seeds": list(range(config.seeds)), "n": int(len(per_seed[0][1])),
             "compositions": per_composition, "claims": claims, "wall_seconds_per_seed": wall,
             "seconds": time.perf_counter() - start}
