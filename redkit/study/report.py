@@ -219,7 +219,9 @@ def seeds_report(directory: Path, result: dict) -> str:
              "*holds*: A higher with p < 0.05; *reversed*: B higher with p < 0.05; else *cannot tell*.", "",
              markdown_table(["claim", "A − B [95% interval]", "paired t p", "McNemar per seed (winner, p)", "seeds A / B better at p < 0.05", "verdict"], claims), ""]
     wall = ", ".join(f"seed {k}: {v:.0f} s" for k, v in result["wall_seconds_per_seed"].items())
-    return "\n".join(lines + [f"Wall time: {wall}; study {result['seconds']:.0f} s", ""] + run_footer(result))
+    total = sum(result["wall_seconds_per_seed"].values())
+    return "\n".join(lines + [f"Wall time of each replicate's stages: {wall} (total {total:.0f} s); "
+                              f"this call {result['seconds']:.0f} s", ""] + run_footer(result))
 
 
 def write_study(run_dir: Path, name: str, result: dict, render) -> Path:
