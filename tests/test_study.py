@@ -142,6 +142,8 @@ def test_complexity_counts_what_each_composition_uses(study_run):
     comps, params = result["components"], result["module_parameters"]
     domains = open_run(study_run).space.domains
     residual = sum(params[f"experts/residual/{d}"] for d in domains)
+    assert result["expert_sets"] == {"experts/residual": residual, "experts/logit": sum(params[f"experts/logit/{d}"] for d in domains),
+                                     "heads": sum(params[f"heads/{d}"] for d in domains)}
     assert comps["red"]["parameters"] == params["classifier"] + residual + params["router"]
     assert comps["red_uniform"]["parameters"] == params["classifier"] + residual
     assert comps["moe"]["parameters"] == sum(params[f"heads/{d}"] for d in domains) + params["gate"]

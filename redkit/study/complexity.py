@@ -158,7 +158,11 @@ def complexity_study(run, config: ComplexityConfig) -> dict:
     for row in components.values():
         row["parameters_vs_backbone"] = row["parameters"] / base["parameters"]
         row["flops_vs_backbone"] = row["flops_per_example"] / base["flops_per_example"] if base["flops_per_example"] else None
+    saved = module_parameters(run)
+    # The K experts of each kind, side by side: the paper's "RED's experts are far smaller than MoE's heads".
+    expert_sets = {kind: sum(saved.get(f"{kind}/{d}", 0) for d in run.space.domains)
+                   for kind in ("experts/residual", "experts/logit", "heads")}
     return {"study": "complexity", "config": asdict(config), "device": str(device),
             "torch_threads": torch.get_num_threads(), "components": components,
-            "module_parameters": module_parameters(run),
+            "module_parameters": saved, "expert_sets": expert_sets, "classes": run.space.num_classes,
             "seconds": time.perf_counter() - start}

@@ -98,12 +98,14 @@ def complexity_report(directory: Path, result: dict) -> str:
             share = result["components"][kind]["flops_vs_backbone"]
             claims.append(f"- The paper: *router cost is < 0.5% of the backbone FLOPs*. Measured {kind}: {_pct(share)} "
                           f"→ **{'holds' if share is not None and share < 0.005 else 'does not hold'}**.")
-    if "red" in result["components"] and "moe" in result["components"]:
-        red, moe = result["components"]["red"], result["components"]["moe"]
-        claims.append(f"- The paper: *RED's experts are 1–2 orders of magnitude smaller than MoE heads*. Measured: RED "
-                      f"{_size(red['parameters'])} parameters, MoE {_size(moe['parameters'])} "
-                      f"(ratio {moe['parameters'] / red['parameters']:.1f}×; FLOPs ratio "
-                      f"{moe['flops_per_example'] / red['flops_per_example']:.1f}×).")
+    residual, heads = result["expert_sets"]["experts/residual"], result["expert_sets"]["heads"]
+    if residual and heads:
+        ratio = heads / residual
+        claims.append(f"- The paper: *RED's experts are 1–2 orders of magnitude smaller than MoE heads*. Measured: the K "
+                      f"residual experts hold {_size(residual)} parameters, the K heads {_size(heads)} (heads / experts = "
+                      f"{ratio:.2f}×) → **{'holds' if ratio >= 10 else 'does not hold'}** here. A head's size grows with the "
+                      f"answer classes ({result['classes']} here; a language model's head spans its vocabulary), a "
+                      f"rank-r expert's does not.")
     lines += claims + ["", "## Parameters of every module", "",
                        markdown_table(["module", "parameters"], [[k, f"{v:,}"] for k, v in result["module_parameters"].items()]), ""]
     return "\n".join(lines + [f"Study time: {result['seconds']:.1f} s", ""] + run_footer(result))
