@@ -1,0 +1,57 @@
+"""The one table of `redkit reproduce peers` (markdown, printed and written to <run>/peers/report.md)."""
+
+from redkit.report import LABELS, markdown_table, run_footer
+
+PEER_LABELS = LABELS | {
+    "lora_oracle": "LoRA experts, true domain (adapter_names)",
+    "lora_red": "**LoRA experts mixed by RED's router**",
+    "lora_uniform": "LoRA experts, uniform α",
+    "lora_merge_linear": "peft merge, linear (1/K each)",
+    "lora_merge_ties": "peft merge, TIES",
+    "lora_arrow": "peft Arrow (training-free routing)",
+}
+
+
+def _f(x) -> str:
+    return "—" if x is None else f"{x:.4f}"
+
+
+def _routing(row: dict) -> str:
+    if row["routing"] == "given":
+        return "given"
+    return _f(row["routing_accuracy"])
+
+
+def _xlora_lines(xlora: dict | None) -> list[str]:
+    if not xlora:
+        return []
+    out = ["## X-LoRA", ""]
+    for attempt, what in (("as_is", "on the Hugging Face model as is"), ("wrapped", "inside a `.model` wrapper, adapters named 0..K-1")):
+        r = xlora[attempt]
+        out.append(f"- {what}: " + (f"loads and runs (scalings {r['scalings_shape']})" if r["loads"]
+                                    else f"fails — `{r['error']}` ({r['where']})"))
+    return out + [""]
+
+
+def render_peers_report(results: dict) -> str:
+    rows = results["rows"]
+    lora = results["config"]["lora"]
+    header = ["Composition", "Accuracy", "Range acc", "Routing acc", "Params / expert", "Train s / expert", "Latency ms / ex"]
+    table = [[PEER_LABELS.get(n, n), _f(r["accuracy"]), _f(r["range_accuracy"]), _routing(r),
+              f"{r['parameters_per_expert']:,}" if r["parameters_per_expert"] else "—",
+              f"{r['train_seconds_per_expert']:.1f}", f"{r['latency_ms_per_example']:.3f}"] for n, r in rows.items()]
+    ranks = sorted({e["rank"] for e in results["experts"].values()})
+    examples = sorted({e["metrics"]["examples"] for e in results["experts"].values()})
+    out = [f"# {results['task']}: RED beside peft ({results['split']} split, n = {results['n']}, seed {results['seed']})", "",
+           markdown_table(header, table), "",
+           f"LoRA experts: rank {', '.join(map(str, ranks))}, alpha {lora['alpha']}, on "
+           f"{len(next(iter(results['experts'].values()))['config']['target_modules'])} Linear modules of the top layers; "
+           f"{', '.join(map(str, examples))} training examples each (cap {lora['examples'] or 'none'}), "
+           f"at most {lora['train']['max_epochs']} epochs (patience {lora['train']['patience']}). "
+           "Pooled rows: the run's own modules. Latency: top layers from the cached prefix + composition, per example "
+           f"({results['distinct_texts']} distinct texts, batch {results['config']['batch_size']}); lora_red includes the "
+           "base pass that feeds its router. Routing accuracy: top expert = true range "
+           "(Arrow: its coefficients averaged over tokens and layers).", ""]
+    out += _xlora_lines(results.get("xlora"))
+    out += [f"Wall time of this command: {results['wall_seconds']:.1f} s.", ""]
+    return "\n".join(out + run_footer({"provenance": results.get("provenance", {})}))
