@@ -193,7 +193,7 @@ def reproduce_peers(run, config: PeersConfig, print_fn=print) -> dict:
     require_peft()
     wall = time.perf_counter()
     if config.split not in run.splits:
-        raise RedkitError(f"--split {config.split}: this run has no such split (known: {', '.join(run.splits)})")
+        raise RedkitError(f"--eval-split {config.split}: this run has no such split (known: {', '.join(run.splits)})")
     for part in ("classifier", "router", "gate", "heads/global_full"):
         if not module_exists(run.module_dir(*part.split("/"))):
             raise RedkitError(f"{run.module_dir(*part.split('/'))}: missing; the run is not finished (rerun reproduce {run.config.task})")
