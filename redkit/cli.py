@@ -290,7 +290,9 @@ def _peers_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--lora-epochs", type=int, default=8, help="epoch cap of each LoRA expert (default 8, patience 2)")
     p.add_argument("--arrow-top-k", type=int, default=3, help="experts per token in Arrow (peft's default 3)")
     p.add_argument("--eval-split", default="test", help="the split every composition is scored on (default test)")
-    p.add_argument("--no-xlora", action="store_true", help="skip the X-LoRA loading attempt")
+    p.add_argument("--no-xlora", action="store_true", help="skip X-LoRA (loading it, training its classifier, its row)")
+    p.add_argument("--xlora-examples", type=int, default=2000,
+                   help="training examples of X-LoRA's classifier, balanced over the domains (default 2000)")
     _add_run_options(p)  # used only when the run has to be made
 
 
@@ -309,6 +311,8 @@ def cmd_reproduce_peers(args) -> None:
                             targets=tuple(t.strip() for t in args.lora_targets.split(",") if t.strip()))
     lora.train.max_epochs = args.lora_epochs
     config = PeersConfig(lora=lora, arrow=ArrowSettings(top_k=args.arrow_top_k), split=args.eval_split, xlora=not args.no_xlora)
+    config.xlora_settings.examples = args.xlora_examples
+    config.xlora_settings.train.max_epochs = min(config.xlora_settings.train.max_epochs, args.lora_epochs)
     out = args.out or Path("runs") / (args.task + ("" if args.split == "structure" else f"-{args.split}"))
     if not (out / "results.json").is_file():
         reproduce(out, _run_config(args, args.task))

@@ -22,8 +22,8 @@ from redkit.peers.compositions import LoraExperts, MergeSettings, lora_compose  
 from redkit.peers.lora import LoraBackbone  # noqa: E402
 from redkit.run import Run  # noqa: E402
 
-TINY = ("--examples-per-expert", "32", "--val-per-expert", "16", "--lora-epochs", "2")
-LORA = ["lora_oracle", "lora_red", "lora_uniform", "lora_merge_linear", "lora_merge_ties", "lora_arrow"]
+TINY = ("--examples-per-expert", "32", "--val-per-expert", "16", "--lora-epochs", "2", "--xlora-examples", "50")
+LORA = ["lora_oracle", "lora_red", "lora_uniform", "lora_merge_linear", "lora_merge_ties", "lora_arrow", "lora_xlora"]
 
 
 @pytest.fixture(scope="module")
@@ -59,7 +59,7 @@ def test_one_table_with_every_composition_and_the_run_left_alone(peers_run, tiny
     for name, row in results["rows"].items():
         assert 0.0 <= row["accuracy"] <= row["range_accuracy"] <= 1.0  # a right answer lies in the right range
         assert row["latency_ms_per_example"] > 0 and row["parameters_per_expert"] > 0
-        assert (row["routing_accuracy"] is not None) == (name in ("red", "moe", "lora_red", "lora_arrow")), name
+        assert (row["routing_accuracy"] is not None) == (name in ("red", "moe", "lora_red", "lora_arrow", "lora_xlora")), name
     rows = results["rows"]
     assert rows["lora_red"]["routing_accuracy"] == pytest.approx(rows["red"]["routing_accuracy"])  # the same router
     d = 384
@@ -129,10 +129,14 @@ def test_recorded_arrow_routing_reproduces_the_arrow_layer(experts):
     assert (coeff > 0).sum(dim=-1).max() <= 3  # top-k = 3 of 5
 
 
-def test_xlora_outcome_is_recorded(peers_run):
+def test_xlora_loads_wrapped_and_its_classifier_is_trained_and_saved(peers_run):
     xlora = json.loads((peers_run / "peers" / "results.json").read_text())["xlora"]
-    assert xlora["wrapped"]["loads"], xlora  # with a `.model` level and adapters "0".."K-1" it runs
     assert xlora["as_is"]["loads"] or "unexpected keys" in xlora["as_is"]["error"]  # peft issue #2132
+    assert xlora["wrapped"]["loads"], xlora  # with a `.model` level and adapters "0".."K-1" it runs
+    classifier = xlora["wrapped"]["classifier"]
+    assert classifier["examples"] == 50 and classifier["trainable_parameters"] == 384 * 5 + 5  # h -> K scalings
+    meta = json.loads((peers_run / "peers" / "xlora" / "config.json").read_text())
+    assert meta["kind"] == "xlora_classifier" and (peers_run / "peers" / "xlora" / "model.safetensors").is_file()
 
 
 def test_a_rerun_reuses_the_experts(peers_run, tmp_path, capsys):

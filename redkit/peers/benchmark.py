@@ -32,7 +32,7 @@ from redkit.peers.compositions import LORA_COMPOSITIONS, LoraExperts, MergeSetti
 from redkit.peers.lora import LoraBackbone, LoraExpertConfig, adapter_shape, lora_expert_exists
 from redkit.peers.report import render_peers_report
 from redkit.peers.train import train_lora_expert
-from redkit.peers.xlora import try_xlora
+from redkit.peers.xlora import XLoraSettings, failure, train_xlora, try_as_is, xlora_backbone
 from redkit.provenance import provenance
 from redkit.study.complexity import module_parameters
 
@@ -48,7 +48,8 @@ class PeersConfig:
     merge: MergeSettings = field(default_factory=MergeSettings)
     split: str = "test"
     batch_size: int = 256
-    xlora: bool = True  # try X-LoRA on the backbone and record the outcome
+    xlora: bool = True  # load X-LoRA on the backbone (as is, and wrapped), train its classifier, score it
+    xlora_settings: XLoraSettings = field(default_factory=XLoraSettings)
 
 
 def check_compatible(space, directories: list[Path]) -> None:
@@ -132,15 +133,14 @@ def _run_lora(name: str, experts: LoraExperts, data: SplitStates, run, batch_siz
 
 
 @torch.no_grad()
-def _base_pass(lb: LoraBackbone, data: SplitStates, run, batch_size: int) -> tuple[float, float]:
-    """(seconds of the top layers without adapters over the distinct texts, max |h - cached pooled h|):
-    the cost a pooled composition pays before its head, and a check that both paths agree."""
+def _base_pass(data: SplitStates, run, batch_size: int) -> tuple[float, float]:
+    """(seconds of the run's own top layers over the distinct texts, max |h - cached pooled h|): the
+    cost a pooled composition pays before its head, and a check that the prefix path gives its features."""
     diff = 0.0
     start = time.perf_counter()
-    with lb.peft.disable_adapter():
-        for idx in data.batches(batch_size):
-            h = lb.features(data.states.batch(idx, run.device)).cpu()
-            diff = max(diff, float((h - data.h[idx]).abs().max()))
+    for idx in data.batches(batch_size):
+        h = run.backbone(*data.states.batch(idx, run.device)).cpu()
+        diff = max(diff, float((h - data.h[idx]).abs().max()))
     return time.perf_counter() - start, diff
 
 
@@ -172,6 +172,8 @@ def _lora_rows(run, experts: LoraExperts, data: SplitStates, metas: dict, base_s
     seconds = float(np.mean([m["metrics"]["seconds"] for m in metas.values()]))
     for name in LORA_COMPOSITIONS.names():
         entry = LORA_COMPOSITIONS[name]
+        if name == "lora_xlora" and experts.xlora is None:
+            continue  # not loaded (or not asked for): the X-LoRA note says why
         composed, elapsed = _run_lora(name, experts, data, run, batch_size)
         expanded = data.expand(composed)
         row = score_composed(expanded, data.example_classes, data.example_labels, run.space)
@@ -188,6 +190,24 @@ def _lora_rows(run, experts: LoraExperts, data: SplitStates, metas: dict, base_s
     return rows
 
 
+def _load_xlora(run, experts: LoraExperts, directories: list[Path], out: Path, data: SplitStates, config: PeersConfig,
+                print_fn) -> dict:
+    """X-LoRA as is (recorded) and wrapped (trained and set on `experts`, or recorded why not)."""
+    outcome = {"as_is": try_as_is(run, directories, data.states.batch(data.order[:4], run.device))}
+    try:
+        experts.xlora = xlora_backbone(run, directories)
+        meta = train_xlora(run, experts.xlora, experts.modules.classifier(), out / "xlora", config.xlora_settings)
+        outcome["wrapped"] = {"loads": True, "classifier": meta.metrics}
+        print_fn(f"[peers] X-LoRA classifier: {meta.metrics['examples']} examples, {meta.metrics['epochs']} epochs, "
+                 f"{meta.metrics['seconds']:.1f} s")
+    except RedkitError:
+        raise
+    except Exception as err:  # noqa: BLE001 -- a peft failure is a finding, recorded in the results
+        experts.xlora = None
+        outcome["wrapped"] = failure(err)
+    return outcome
+
+
 def reproduce_peers(run, config: PeersConfig, print_fn=print) -> dict:
     """Train (or reuse) the LoRA experts of a finished run and score every composition; returns results.json's dict."""
     require_peft()
@@ -202,11 +222,11 @@ def reproduce_peers(run, config: PeersConfig, print_fn=print) -> dict:
     lb, directories, metas = _experts(run, out, modules, config.lora, print_fn)
     check_compatible(run.space, directories)
     data = SplitStates(run, lb, config.split)
-    base_seconds, path_diff = _base_pass(lb, data, run, config.batch_size)
+    base_seconds, path_diff = _base_pass(data, run, config.batch_size)
     experts = LoraExperts(run, lb, directories, modules, config.arrow, config.merge)
     rows = _pooled_rows(run, modules, data, base_seconds)
+    xlora = _load_xlora(run, experts, directories, out, data, config, print_fn) if config.xlora else None
     rows |= _lora_rows(run, experts, data, metas, base_seconds, config.batch_size, print_fn)
-    xlora = try_xlora(run, directories, data.states.batch(data.order[:4], run.device)) if config.xlora else None
     results = {"task": run.config.task, "split": config.split, "n": int(len(data.example_labels)), "distinct_texts": data.count,
                "seed": run.config.seed, "run": str(run.dir), "config": asdict(config), "experts": metas, "rows": rows,
                "xlora": xlora, "prefix_path_max_abs_diff": path_diff, "provenance": provenance(),

@@ -6,6 +6,7 @@
     lora_merge_linear  one adapter, peft's add_weighted_adapter(combination_type="linear", weights 1/K)
     lora_merge_ties    one adapter, peft's add_weighted_adapter(combination_type="ties", weights 1, density 0.5)
     lora_arrow         peft's Arrow: training-free token-level routing by the experts' prototypes
+    lora_xlora         peft's X-LoRA: per-token scalings from a classifier trained on the task loss
 
 Each is `fn(experts, batch, h, labels) -> Composed(probs (B, C), weights (B, K) or None)`, where
 batch = (ids, mask, prefix states) of B texts, h (B, d) their pooled features (the router's input)
@@ -24,6 +25,7 @@ from redkit.errors import RedkitError
 from redkit.peers.arrow import ArrowRouting, ArrowSettings, arrow_backbone
 from redkit.peers.lora import LoraBackbone
 from redkit.peers.mixing import mixed_experts
+from redkit.peers.xlora import xlora_weights
 from redkit.registry import Registry
 
 Batch = tuple[torch.Tensor, torch.Tensor, torch.Tensor]  # ids (B, T), mask (B, T), prefix states (B, T, d)
@@ -46,6 +48,7 @@ class LoraExperts:
         self.names = list(run.space.domains)
         self.arrow_settings, self.merge_settings = arrow, merge
         self._arrow: tuple[LoraBackbone, ArrowRouting] | None = None
+        self.xlora: LoraBackbone | None = None  # set once X-LoRA is loaded and its classifier trained
 
     def probs(self, h: torch.Tensor) -> torch.Tensor:
         return F.softmax(self.modules.classifier()(h), dim=-1)
@@ -108,6 +111,13 @@ def _arrow(e: LoraExperts, batch: Batch, h: torch.Tensor, labels: torch.Tensor) 
     return Composed(probs, recorded[0])
 
 
+def _xlora(e: LoraExperts, batch: Batch, h: torch.Tensor, labels: torch.Tensor) -> Composed:
+    if e.xlora is None:
+        raise RedkitError("lora_xlora: X-LoRA is not loaded on this backbone (see the X-LoRA note of the results)")
+    probs = e.probs(e.xlora.features(batch))
+    return Composed(probs, xlora_weights(e.xlora, batch[1]))
+
+
 LORA_COMPOSITIONS.register("lora_oracle")(LoraComposition(_oracle, routed=False))
 LORA_COMPOSITIONS.register("lora_red")(LoraComposition(
     _mixed(lambda e, h: F.softmax(e.modules.router()(h), dim=-1)), routed=True, uses_router=True))
@@ -116,6 +126,7 @@ LORA_COMPOSITIONS.register("lora_uniform")(LoraComposition(
 LORA_COMPOSITIONS.register("lora_merge_linear")(LoraComposition(_merge("linear"), routed=False))
 LORA_COMPOSITIONS.register("lora_merge_ties")(LoraComposition(_merge("ties"), routed=False))
 LORA_COMPOSITIONS.register("lora_arrow")(LoraComposition(_arrow, routed=True))
+LORA_COMPOSITIONS.register("lora_xlora")(LoraComposition(_xlora, routed=True))
 
 
 @torch.no_grad()

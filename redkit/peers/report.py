@@ -9,6 +9,7 @@ PEER_LABELS = LABELS | {
     "lora_merge_linear": "peft merge, linear (1/K each)",
     "lora_merge_ties": "peft merge, TIES",
     "lora_arrow": "peft Arrow (training-free routing)",
+    "lora_xlora": "peft X-LoRA (trained scalings, wrapped)",
 }
 
 
@@ -28,8 +29,14 @@ def _xlora_lines(xlora: dict | None) -> list[str]:
     out = ["## X-LoRA", ""]
     for attempt, what in (("as_is", "on the Hugging Face model as is"), ("wrapped", "inside a `.model` wrapper, adapters named 0..K-1")):
         r = xlora[attempt]
-        out.append(f"- {what}: " + (f"loads and runs (scalings {r['scalings_shape']})" if r["loads"]
-                                    else f"fails — `{r['error']}` ({r['where']})"))
+        if not r["loads"]:
+            out.append(f"- {what}: fails — `{r['error']}` ({r['where']})")
+        elif "classifier" in r:
+            c = r["classifier"]
+            out.append(f"- {what}: loads and runs; its classifier ({c['trainable_parameters']:,} parameters) trained on "
+                       f"{c['examples']} examples, {c['epochs']} epochs, {c['seconds']:.1f} s: row `lora_xlora`")
+        else:
+            out.append(f"- {what}: loads and runs")
     return out + [""]
 
 

@@ -25,7 +25,7 @@ def domain_sample(run, split: str, domain: int, cap: int, seed: int) -> list[int
     return rows
 
 
-def _states(run, lb: LoraBackbone, split: str, rows: list[int], name: str) -> tuple[PrefixStates, torch.Tensor]:
+def prefix_states(run, lb: LoraBackbone, split: str, rows: list[int], name: str) -> tuple[PrefixStates, torch.Tensor]:
     examples = [run.splits[split][i] for i in rows]
     return PrefixStates.build(run.cache_dir, lb.backbone, [ex.question for ex in examples], name), run.classes(examples)
 
@@ -37,8 +37,8 @@ def train_lora_expert(run, lb: LoraBackbone, classifier: nn.Module, domain: int,
     seed = run.config.seed * 1000 + 500 + domain
     train_rows = domain_sample(run, "train", domain, config.examples, seed)
     val_rows = domain_sample(run, "val", domain, config.val_examples, seed + 1)
-    train_states, train_y = _states(run, lb, "train", train_rows, f"peers-train-{name}")
-    val_states, val_y = _states(run, lb, "val", val_rows, f"peers-val-{name}")
+    train_states, train_y = prefix_states(run, lb, "train", train_rows, f"peers-train-{name}")
+    val_states, val_y = prefix_states(run, lb, "val", val_rows, f"peers-val-{name}")
     device = run.device
     torch.manual_seed(seed)  # A's initialisation
     lb.add(name, config)
