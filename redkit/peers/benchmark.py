@@ -119,8 +119,6 @@ def _run_lora(name: str, experts: LoraExperts, data: SplitStates, run, batch_siz
     """One LoRA composition over every distinct text -> (Composed per distinct text, seconds)."""
     probs = torch.empty(data.count, run.space.num_classes)
     weights = None
-    if name == "lora_arrow":
-        experts.arrow()  # built outside the timed loop: loading K adapters is not inference
     start = time.perf_counter()
     for idx in data.batches(batch_size):
         composed = lora_compose(name, experts, data.states.batch(idx, run.device), data.h[idx].to(run.device),
@@ -174,6 +172,7 @@ def _lora_rows(run, experts: LoraExperts, data: SplitStates, metas: dict, base_s
         entry = LORA_COMPOSITIONS[name]
         if name == "lora_xlora" and experts.xlora is None:
             continue  # not loaded (or not asked for): the X-LoRA note says why
+        prepare_seconds = _timed(lambda: entry.prepare(experts))[1] if entry.prepare else 0.0  # outside the latency
         composed, elapsed = _run_lora(name, experts, data, run, batch_size)
         expanded = data.expand(composed)
         row = score_composed(expanded, data.example_classes, data.example_labels, run.space)
@@ -182,7 +181,7 @@ def _lora_rows(run, experts: LoraExperts, data: SplitStates, metas: dict, base_s
             routing = float((expanded.weights.argmax(dim=-1) == data.example_labels).float().mean())
         row |= {"family": "lora", "parameters_per_expert": int(params), "train_seconds_per_expert": seconds,
                 "latency_ms_per_example": 1000 * (elapsed + (base_seconds if entry.uses_router else 0.0)) / data.count,
-                "routing_accuracy": routing,
+                "routing_accuracy": routing, "prepare_seconds": prepare_seconds,
                 "routing": "given" if name == "lora_oracle" else ("trained" if entry.uses_router else
                                                                   "training-free" if entry.routed else None)}
         rows[name] = row

@@ -78,6 +78,7 @@ class LoraComposition(NamedTuple):
     fn: Callable[[LoraExperts, Batch, torch.Tensor, torch.Tensor], Composed]
     routed: bool  # its weights are a routing decision (scored against the true domain)
     uses_router: bool = False  # needs the pooled feature first (a base pass through the top layers)
+    prepare: Callable[[LoraExperts], object] | None = None  # one-off work before inference (a merge, Arrow's model)
 
 
 LORA_COMPOSITIONS: Registry[LoraComposition] = Registry("LoRA composition")
@@ -123,9 +124,10 @@ LORA_COMPOSITIONS.register("lora_red")(LoraComposition(
     _mixed(lambda e, h: F.softmax(e.modules.router()(h), dim=-1)), routed=True, uses_router=True))
 LORA_COMPOSITIONS.register("lora_uniform")(LoraComposition(
     _mixed(lambda e, h: uniform_alpha(len(h), len(e.names), h.device)), routed=False))
-LORA_COMPOSITIONS.register("lora_merge_linear")(LoraComposition(_merge("linear"), routed=False))
-LORA_COMPOSITIONS.register("lora_merge_ties")(LoraComposition(_merge("ties"), routed=False))
-LORA_COMPOSITIONS.register("lora_arrow")(LoraComposition(_arrow, routed=True))
+LORA_COMPOSITIONS.register("lora_merge_linear")(LoraComposition(_merge("linear"), routed=False,
+                                                                prepare=lambda e: e.merged("linear")))
+LORA_COMPOSITIONS.register("lora_merge_ties")(LoraComposition(_merge("ties"), routed=False, prepare=lambda e: e.merged("ties")))
+LORA_COMPOSITIONS.register("lora_arrow")(LoraComposition(_arrow, routed=True, prepare=lambda e: e.arrow()))
 LORA_COMPOSITIONS.register("lora_xlora")(LoraComposition(_xlora, routed=True))
 
 

@@ -59,6 +59,10 @@ def render_peers_report(results: dict) -> str:
            f"({results['distinct_texts']} distinct texts, batch {results['config']['batch_size']}); lora_red includes the "
            "base pass that feeds its router. Routing accuracy: top expert = true range "
            "(Arrow: its coefficients averaged over tokens and layers).", ""]
+    prepared = {n: r["prepare_seconds"] for n, r in rows.items() if r.get("prepare_seconds")}
+    if prepared:
+        out += ["Built once before timing (not in the latency): " + ", ".join(f"{n} {s:.1f} s" for n, s in prepared.items())
+                + " (the merges' add_weighted_adapter, Arrow's model with its K adapters).", ""]
     out += _xlora_lines(results.get("xlora"))
     out += [f"Wall time of this command: {results['wall_seconds']:.1f} s.", ""]
     return "\n".join(out + run_footer({"provenance": results.get("provenance", {})}))
