@@ -291,8 +291,8 @@ def _peers_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--arrow-top-k", type=int, default=3, help="experts per token in Arrow (peft's default 3)")
     p.add_argument("--eval-split", default="test", help="the split every composition is scored on (default test)")
     p.add_argument("--no-xlora", action="store_true", help="skip X-LoRA (loading it, training its classifier, its row)")
-    p.add_argument("--xlora-examples", type=int, default=2000,
-                   help="training examples of X-LoRA's classifier, balanced over the domains (default 2000)")
+    p.add_argument("--xlora-examples", type=int, default=1000,
+                   help="training examples of X-LoRA's classifier, balanced over the domains (default 1000)")
     _add_run_options(p)  # used only when the run has to be made
 
 

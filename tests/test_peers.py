@@ -146,6 +146,11 @@ def test_a_rerun_reuses_the_experts(peers_run, tmp_path, capsys):
     code, out, err = run_cli(["reproduce", "peers", "--out", run, *TINY, "--no-xlora"], capsys)
     assert code == 0, err
     assert "R1: reusing" in out and (run / "peers" / "lora" / "R1" / "adapter_model.safetensors").read_bytes() == before
+    first = json.loads((peers_run / "peers" / "results.json").read_text())["rows"]
+    again = json.loads((run / "peers" / "results.json").read_text())["rows"]
+    assert list(again) == [n for n in first if n != "lora_xlora"]  # --no-xlora: no X-LoRA row
+    for name, row in again.items():  # same experts, same seed: the same numbers (Arrow's power iteration is seeded)
+        assert (row["accuracy"], row["routing_accuracy"]) == (first[name]["accuracy"], first[name]["routing_accuracy"]), name
 
 
 def _one_line(code: int, err: str, message: str) -> None:
