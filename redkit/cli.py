@@ -301,10 +301,8 @@ def cmd_reproduce_peers(args) -> None:
 
     require_peft()  # before anything is trained
     from redkit.peers.arrow import ArrowSettings
-    from redkit.peers.benchmark import PeersConfig, reproduce_peers
+    from redkit.peers.benchmark import PeersConfig, finished_run, reproduce_peers
     from redkit.peers.lora import LoraExpertConfig
-    from redkit.pipeline import reproduce
-    from redkit.run import Run
 
     lora = LoraExpertConfig(rank=args.lora_rank, alpha=args.lora_alpha, examples=args.examples_per_expert,
                             val_examples=args.val_per_expert,
@@ -314,12 +312,7 @@ def cmd_reproduce_peers(args) -> None:
     config.xlora_settings.examples = args.xlora_examples
     config.xlora_settings.train.max_epochs = min(config.xlora_settings.train.max_epochs, args.lora_epochs)
     out = args.out or Path("runs") / (args.task + ("" if args.split == "structure" else f"-{args.split}"))
-    if not (out / "results.json").is_file():
-        reproduce(out, _run_config(args, args.task))
-    run = Run(out)
-    if run.config.task != args.task:
-        raise RedkitError(f"{out} is a {run.config.task} run, not {args.task}")
-    reproduce_peers(run, config)
+    reproduce_peers(finished_run(out, args.task, lambda: _run_config(args, args.task)), config)
 
 
 BENCHMARKS: Registry[tuple] = Registry("benchmark")  # name -> (add its flags to a parser, run it)

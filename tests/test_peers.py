@@ -198,6 +198,11 @@ def test_bad_flags_are_one_line_and_exit_code_2(peers_run, tmp_path, capsys, arg
     _one_line(code, err, message)
 
 
+def test_a_run_of_the_other_task_is_one_line_and_exit_code_2(peers_run, capsys):
+    code, _, err = run_cli(["reproduce", "peers", "--task", "task2", "--out", peers_run], capsys)
+    _one_line(code, err, "is a task1 run, not task2")
+
+
 def test_without_peft_the_command_says_how_to_get_it(tiny_run, capsys, monkeypatch):
     monkeypatch.setitem(sys.modules, "peft", None)  # `import peft` raises ImportError
     code, _, err = run_cli(["reproduce", "peers", "--out", tiny_run], capsys)

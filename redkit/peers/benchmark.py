@@ -16,6 +16,7 @@ Every row is scored by the same function on the same split, from the same frozen
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 import torch
@@ -205,6 +206,20 @@ def _load_xlora(run, experts: LoraExperts, directories: list[Path], out: Path, d
         experts.xlora = None
         outcome["wrapped"] = failure(err)
     return outcome
+
+
+def finished_run(out: Path, task: str, make_config: Callable[[], object]):
+    """The finished text run in `out`, made first (`reproduce task1|task2` with `make_config()`) if it
+    has no results.json yet."""
+    from redkit.pipeline import reproduce
+    from redkit.run import Run
+
+    if not (out / "results.json").is_file():
+        reproduce(out, make_config())
+    run = Run(out)
+    if run.config.task != task:
+        raise RedkitError(f"{out} is a {run.config.task} run, not {task}")
+    return run
 
 
 def reproduce_peers(run, config: PeersConfig, print_fn=print) -> dict:
