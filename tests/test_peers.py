@@ -95,6 +95,32 @@ def test_each_expert_is_a_peft_adapter_trained_alone_on_its_domain(peers_run):
     assert results["experts"]["R3"]["metrics"]["trainable_parameters"] == results["rows"]["lora_red"]["parameters_per_expert"]
 
 
+def test_an_expert_trains_alone_from_the_prefix_cache(peers_run, tmp_path):
+    from redkit.peers.lora import LoraExpertConfig
+    from redkit.peers.train import train_lora_expert
+    from redkit.train.loop import TrainConfig
+
+    run_dir = tmp_path / "run"
+    shutil.copytree(peers_run, run_dir)
+    run = Run(run_dir)
+    lb = LoraBackbone(run)
+    for name in run.space.domains[1:]:
+        lb.load(run_dir / "peers" / "lora" / name, name)
+    others = {k: v.clone() for k, v in lb.peft.state_dict().items() if ".lora_" in k}
+    classifier = ModuleSet(run).classifier()
+    before = {k: v.clone() for k, v in classifier.state_dict().items()}
+    calls = []
+    lb.backbone.layers[0].register_forward_hook(lambda *a: calls.append(1))
+    config = LoraExpertConfig(examples=32, val_examples=16, train=TrainConfig(lr=1e-2, batch_size=16, max_epochs=1))
+    meta = train_lora_expert(run, lb, classifier, 0, tmp_path / "lora", config)
+    assert calls == []  # the lower layers never ran: the expert's texts' prefix states were cached
+    assert meta.metrics["epochs"] == 1 and meta.domain == 0
+    after = lb.peft.state_dict()
+    assert all(torch.equal(v, after[k]) for k, v in others.items())  # the other experts did not move
+    assert all(torch.equal(v, classifier.state_dict()[k]) for k, v in before.items())  # nor did C
+    assert any(".R1." in k and "lora_B" in k and after[k].abs().sum() > 0 for k in after)  # R1 did
+
+
 def test_red_mixing_with_a_one_hot_alpha_is_peft_selecting_the_adapter(experts):
     batch, h, labels = _batch(experts)
     oracle = lora_compose("lora_oracle", experts, batch, h, labels).probs
