@@ -155,6 +155,14 @@ def test_recorded_arrow_routing_reproduces_the_arrow_layer(experts):
     assert (coeff > 0).sum(dim=-1).max() <= 3  # top-k = 3 of 5
 
 
+def test_peft_create_arrow_model_outcome_is_recorded(peers_run):
+    arrow = json.loads((peers_run / "peers" / "results.json").read_text())["arrow_as_is"]
+    assert arrow["expert_layers"] == 12  # the top 2 layers' Linear modules
+    # it runs exactly when its router lands only where the experts are (peft matches their last names only)
+    assert arrow["loads"] == (arrow["router_layers"] == arrow["expert_layers"]), arrow
+    assert arrow["loads"] or "non-empty TensorList" in arrow["error"]
+
+
 def test_xlora_loads_wrapped_and_its_classifier_is_trained_and_saved(peers_run):
     xlora = json.loads((peers_run / "peers" / "results.json").read_text())["xlora"]
     assert xlora["as_is"]["loads"] or "unexpected keys" in xlora["as_is"]["error"]  # peft issue #2132

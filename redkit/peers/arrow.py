@@ -62,6 +62,26 @@ def arrow_backbone(run, directories: list[Path], settings: ArrowSettings) -> Lor
     return lb
 
 
+def try_create_arrow_model(run, directories: list[Path], settings: ArrowSettings, batch) -> dict:
+    """peft's own `create_arrow_model` on a fresh copy of the backbone and one forward: what happened,
+    never raised (the reason `arrow_backbone` exists, measured rather than asserted)."""
+    from peft import ArrowConfig, create_arrow_model
+
+    from redkit.peers.xlora import failure
+
+    lb = LoraBackbone(run)
+    try:
+        config = ArrowConfig(top_k=min(settings.top_k, len(directories)), router_temperature=settings.temperature,
+                             rng_seed=run.config.seed)
+        lb.wrap(create_arrow_model(lb.base_model, [str(d) for d in directories], config))
+        routers = sum(1 for m in lb.peft.modules() if hasattr(m, "lora_arrow") and ROUTER in m.lora_arrow)
+        with torch.no_grad():
+            lb.features(batch)
+        return {"loads": True, "router_layers": routers}
+    except Exception as err:  # noqa: BLE001 -- recording peft's failure is the point
+        return failure(err) | {"router_layers": sum(1 for m in lb.base_model.modules() if hasattr(m, "lora_arrow"))}
+
+
 def arrow_coefficients(layer, x: torch.Tensor) -> torch.Tensor:
     """Arrow's coefficients (B, T, E) in one LoRA layer for its input x (B, T, in), as peft computes them."""
     arrow = layer.lora_arrow[ROUTER]

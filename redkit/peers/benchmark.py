@@ -28,7 +28,7 @@ from redkit.evaluate import routing_accuracy, score_composed
 from redkit.features import PrefixStates, _unique
 from redkit.modules.store import module_exists, read_meta
 from redkit.peers import require_peft
-from redkit.peers.arrow import ArrowSettings
+from redkit.peers.arrow import ArrowSettings, try_create_arrow_model
 from redkit.peers.compositions import LORA_COMPOSITIONS, LoraExperts, MergeSettings, lora_compose
 from redkit.peers.lora import LoraBackbone, LoraExpertConfig, adapter_shape, lora_expert_exists
 from redkit.peers.report import render_peers_report
@@ -241,9 +241,11 @@ def reproduce_peers(run, config: PeersConfig, print_fn=print) -> dict:
     rows = _pooled_rows(run, modules, data, base_seconds)
     xlora = _load_xlora(run, experts, directories, out, data, config, print_fn) if config.xlora else None
     rows |= _lora_rows(run, experts, data, metas, base_seconds, config.batch_size, print_fn)
+    arrow_as_is = try_create_arrow_model(run, directories, config.arrow, data.states.batch(data.order[:4], run.device))
+    arrow_as_is["expert_layers"] = sum(1 for m in experts.main.peft.modules() if hasattr(m, "lora_A") and experts.names[0] in m.lora_A)
     results = {"task": run.config.task, "split": config.split, "n": int(len(data.example_labels)), "distinct_texts": data.count,
                "seed": run.config.seed, "run": str(run.dir), "config": asdict(config), "experts": metas, "rows": rows,
-               "xlora": xlora, "prefix_path_max_abs_diff": path_diff, "provenance": provenance(),
+               "xlora": xlora, "arrow_as_is": arrow_as_is, "prefix_path_max_abs_diff": path_diff, "provenance": provenance(),
                "wall_seconds": time.perf_counter() - wall}
     out.mkdir(parents=True, exist_ok=True)
     write_json(out / "results.json", results)

@@ -63,6 +63,11 @@ def render_peers_report(results: dict) -> str:
     if prepared:
         out += ["Built once before timing (not in the latency): " + ", ".join(f"{n} {s:.1f} s" for n, s in prepared.items())
                 + " (the merges' add_weighted_adapter, Arrow's model with its K adapters).", ""]
+    arrow = results.get("arrow_as_is")
+    if arrow:
+        out += [f"peft's own `create_arrow_model` on these experts (in {arrow['expert_layers']} Linear modules) puts its "
+                f"router in {arrow['router_layers']}: " + ("it runs." if arrow["loads"] else
+                f"fails — `{arrow['error']}` ({arrow['where']}); `lora_arrow` targets the router at the experts' modules only."), ""]
     out += _xlora_lines(results.get("xlora"))
     out += [f"Wall time of this command: {results['wall_seconds']:.1f} s.", ""]
     return "\n".join(out + run_footer({"provenance": results.get("provenance", {})}))
