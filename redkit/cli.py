@@ -293,6 +293,8 @@ def _peers_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-xlora", action="store_true", help="skip X-LoRA (loading it, training its classifier, its row)")
     p.add_argument("--xlora-examples", type=int, default=1000,
                    help="training examples of X-LoRA's classifier, balanced over the domains (default 1000)")
+    p.add_argument("--threads", type=int, default=1,
+                   help="CPU threads (default 1: on a shared 2-core machine far faster than 2; 0 = torch's default)")
     _add_run_options(p)  # used only when the run has to be made
 
 
@@ -308,7 +310,8 @@ def cmd_reproduce_peers(args) -> None:
                             val_examples=args.val_per_expert,
                             targets=tuple(t.strip() for t in args.lora_targets.split(",") if t.strip()))
     lora.train.max_epochs = args.lora_epochs
-    config = PeersConfig(lora=lora, arrow=ArrowSettings(top_k=args.arrow_top_k), split=args.eval_split, xlora=not args.no_xlora)
+    config = PeersConfig(lora=lora, arrow=ArrowSettings(top_k=args.arrow_top_k), split=args.eval_split, xlora=not args.no_xlora,
+                         threads=args.threads)
     config.xlora_settings.examples = args.xlora_examples
     config.xlora_settings.train.max_epochs = min(config.xlora_settings.train.max_epochs, args.lora_epochs)
     out = args.out or Path("runs") / (args.task + ("" if args.split == "structure" else f"-{args.split}"))

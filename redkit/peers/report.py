@@ -56,7 +56,8 @@ def render_peers_report(results: dict) -> str:
            f"{', '.join(map(str, examples))} training examples each (cap {lora['examples'] or 'none'}), "
            f"at most {lora['train']['max_epochs']} epochs (patience {lora['train']['patience']}). "
            "Pooled rows: the run's own modules. Latency: top layers from the cached prefix + composition, per example "
-           f"({results['distinct_texts']} distinct texts, batch {results['config']['batch_size']}); lora_red includes the "
+           f"({results['distinct_texts']} distinct texts, batch {results['config']['batch_size']}, "
+           f"{results.get('torch_threads', '?')} torch thread(s)); lora_red includes the "
            "base pass that feeds its router. Routing accuracy: top expert = true range "
            "(Arrow: its coefficients averaged over tokens and layers).", ""]
     prepared = {n: r["prepare_seconds"] for n, r in rows.items() if r.get("prepare_seconds")}
