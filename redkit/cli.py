@@ -14,6 +14,7 @@
     redkit study ablation --run DIR [--part rank ...] [--experts K ...] [--with-base]
     redkit study seeds --task task1 [--seeds 5] [--out runs/seeds-task1]
     redkit study complexity --run DIR [--repeats 50]
+    redkit analyze routing --run DIR [--router NAME ...] [--part metrics ...] [--seeds 3] [--experts K ...]
     redkit report --run DIR                                          (report.html: the run and its studies)
 """
 
@@ -84,6 +85,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("report", help="rebuild <run>/report.html: the run's tables and every study, figures inlined")
     p.add_argument("--run", required=True, type=Path)
+
+    p = sub.add_parser("analyze", help="analyse a trained run (results under <run>/analysis/)",
+                       description="`redkit analyze ANALYSIS --help` lists an analysis's flags.")
+    p.add_argument("analysis", help=" | ".join(ANALYSES))
+    p.add_argument("options", nargs=argparse.REMAINDER, help="the analysis's own flags")
 
     p = sub.add_parser("study", help="test a claim of the paper on a trained run (results under <run>/studies/)",
                        description="`redkit study STUDY --help` lists a study's flags.")
@@ -367,10 +373,42 @@ STUDIES.register("seeds")((_seeds_options, cmd_study_seeds))
 STUDIES.register("complexity")((_complexity_options, cmd_study_complexity))
 
 
+def _routing_options(p: argparse.ArgumentParser) -> None:
+    from redkit.routing.analyze import PARTS, RoutingAnalysisConfig
+
+    p.add_argument("--run", required=True, type=Path, help="a trained run with a router (task1, task2, steps or digits)")
+    p.add_argument("--router", action="append", default=None, help="a router of the zoo (repeatable; default: all)")
+    p.add_argument("--part", action="append", default=None, help=f"{' | '.join(PARTS)} (default: all)")
+    p.add_argument("--seeds", type=int, default=RoutingAnalysisConfig.seeds, help="seeds of the router stage for stability (default 3)")
+    p.add_argument("--experts", type=int, action="append", default=None, help="values of K for the scaling (default 4 8 16 32)")
+    p.add_argument("--split", default="test")
+    p.add_argument("--max-epochs", type=int, default=None, help="cap the epochs of every stage the analysis trains")
+    p.add_argument("--monitor-every", type=int, default=RoutingAnalysisConfig.monitor_every,
+                   help="optimizer steps between logged routing metrics while a router trains (default 50)")
+    p.add_argument("--repeats", type=int, default=RoutingAnalysisConfig.repeats, help="timed calls per overhead component")
+
+
+def cmd_analyze_routing(args) -> None:
+    from redkit.routing.analyze import PARTS, RoutingAnalysisConfig, run_routing_analysis
+
+    config = RoutingAnalysisConfig(routers=tuple(args.router or ()), parts=tuple(args.part or PARTS), seeds=args.seeds,
+                                   experts=tuple(args.experts or RoutingAnalysisConfig.experts), split=args.split,
+                                   max_epochs=args.max_epochs, monitor_every=args.monitor_every, repeats=args.repeats)
+    run_routing_analysis(args.run, config)
+
+
+ANALYSES: Registry[tuple] = Registry("analysis")  # name -> (add its flags to a parser, run it)
+ANALYSES.register("routing")((_routing_options, cmd_analyze_routing))
+
+
+def cmd_analyze(args) -> None:
+    _run_sub_command(ANALYSES, args.analysis, args.options, f"redkit analyze {args.analysis}")
+
+
 def cmd_report(args) -> None:
     from redkit.study.html import write_html_report
 
-    if not (args.run / "report.md").is_file() and not (args.run / "studies").is_dir():
+    if not (args.run / "report.md").is_file() and not (args.run / "studies").is_dir() and not (args.run / "analysis").is_dir():
         raise RedkitError(f"{args.run}: no report.md and no studies/ to build a report from")
     print(write_html_report(args.run))
 
@@ -496,7 +534,7 @@ def cmd_predict(args) -> None:
 
 
 COMMANDS = {"data": cmd_data, "reproduce": cmd_reproduce, "train": cmd_train, "add-expert": cmd_add_expert,
-            "eval": cmd_eval, "predict": cmd_predict, "study": cmd_study,
+            "eval": cmd_eval, "predict": cmd_predict, "study": cmd_study, "analyze": cmd_analyze,
             "report": cmd_report}
 
 

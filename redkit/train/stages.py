@@ -55,11 +55,13 @@ def _train_on_features(run: Run, stage: str, directory, module: nn.Module, loss_
     module.to(run.device)
     train = tuple(t.to(run.device) for t in train)
     val = tuple(t.to(run.device) for t in val)
+    monitor = getattr(run, "monitor", None)  # a run may watch a stage train: monitor(stage, step, module)
+    on_step = (lambda step, model: monitor(stage, step, model)) if monitor else None
     with one_thread():  # small modules: thread hand-offs cost more than their arithmetic
         result = fit(module, lambda idx: loss_fn(module, *(t[idx] for t in train)), len(train[0]),
                      lambda: loss_fn(module, *val).item(), run.config.train_config(stage),
                      seed=run.config.seed + seed_offset, checkpoint_dir=directory, desc=f"{stage} {directory.name}",
-                     log=run.log)
+                     log=run.log, on_step=on_step)
     save_module(directory, module.cpu(), _meta(run, module, kind, domain, result))
     Checkpoint(directory).remove()
     return {"module": str(directory), "epochs": result.epochs, "best_val_loss": result.best_val_loss}
