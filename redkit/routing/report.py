@@ -110,9 +110,9 @@ def affinity_figure(path: Path, result: dict) -> str:
         ax.set_title(f"{name}: P(expert | domain)", fontsize=9)
         ax.set_xlabel("expert", fontsize=8)
         ax.set_ylabel("domain", fontsize=8)
+        fig.colorbar(image, ax=ax, fraction=0.046)
     for ax in list(axes.flat)[len(routers):]:
         ax.axis("off")
-    fig.colorbar(image, ax=axes, fraction=0.02)
     return save_figure(fig, path)
 
 
