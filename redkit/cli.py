@@ -43,6 +43,11 @@ def _add_run_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-epochs", type=int, default=None, help="cap every stage's epochs (quick runs)")
 
 
+def _router_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--router", default="dense", help="router and gate kind, from the zoo: dense (default), switch, top2, "
+                                                    "expert_choice, loss_free, spectra, prototype, arrow")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="redkit", description="Residual Expert Decomposition and its baselines")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -71,6 +76,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", type=Path, default=None, help="the new run (default <run>-<operation>)")
     p.add_argument("--decomposer", type=Path, default=None,
                    help="a decomposer trained on decomposer_times data to reuse (default: trained in <out>/decomposer)")
+    p.add_argument("--router", default=None, help="the new run's router kind (default the parent's); a training-free "
+                                                  "one (prototype, arrow) plugs the expert in with no router training")
 
     p = sub.add_parser("eval", help="evaluate a trained run on any JSONL file (a steps run decomposes and executes it)")
     p.add_argument("--run", required=True, type=Path)
@@ -102,6 +109,7 @@ def _run_config(args: argparse.Namespace, task: str, data_task: str | None = Non
     """A text run's config from the flags; `data_task` names the generator when it differs from the
     benchmark (steps: per-operation data)."""
     from redkit.backbone import BackboneConfig
+    from redkit.modules.layers import ROUTERS
     from redkit.data.generate import DataConfig
     from redkit.data.tasks import TASKS
     from redkit.run import RunConfig
@@ -112,7 +120,8 @@ def _run_config(args: argparse.Namespace, task: str, data_task: str | None = Non
                        backbone=BackboneConfig(path=str(Path(args.backbone).resolve()) if args.backbone else None,
                                                pooling=args.pooling, trainable_layers=args.trainable_layers,
                                                precision=args.precision),
-                       expert_rank=args.rank, device=args.device)
+                       expert_rank=args.rank, device=args.device, router=args.router)
+    ROUTERS[config.router]  # an unknown router fails (did you mean) before anything is written
     if args.max_epochs is not None:
         for stage in ("base", "experts", "heads", "router", "gate"):
             config.stage_overrides.setdefault(stage, {})["max_epochs"] = args.max_epochs
@@ -144,6 +153,7 @@ def _text_options(p: argparse.ArgumentParser) -> None:
                    help="K experts, each a contiguous equal-width part of the answers (default: one per range R1..R5)")
     _eval_option(p)
     _add_run_options(p)
+    _router_option(p)
 
 
 def _text_benchmark(task: str) -> tuple:
@@ -243,6 +253,7 @@ def _steps_options(p: argparse.ArgumentParser) -> None:
                    help="train (or reuse, when trained on the same data) the decomposer here (default <out>/decomposer)")
     _eval_option(p)  # its questions are answered by decomposition
     _add_run_options(p)
+    _router_option(p)
 
 
 def cmd_reproduce_steps(args) -> None:
@@ -445,7 +456,8 @@ def cmd_train(args) -> None:
 def cmd_add_expert(args) -> None:
     from redkit.steps.plugin import plug_in
 
-    plug_in(args.run, args.out or args.run.with_name(f"{args.run.name}-{args.operation}"), args.operation, args.decomposer)
+    plug_in(args.run, args.out or args.run.with_name(f"{args.run.name}-{args.operation}"), args.operation, args.decomposer,
+            router=args.router)
 
 
 def _open_text_run(path: Path):

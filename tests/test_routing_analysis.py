@@ -111,3 +111,13 @@ def test_a_run_without_a_router_is_one_line_exit_2(tiny_run, tmp_path, capsys):
     assert code == 2 and "no trained router" in err and len(err.strip().splitlines()) == 1
     code, _, err = run_cli(["analyze", "routng", "--run", run], capsys)
     assert code == 2 and "did you mean 'routing'" in err
+
+
+@pytest.mark.parametrize("argv", [["reproduce", "task1", "--router", "top3"], ["reproduce", "steps", "--router", "top3"],
+                                  ["add-expert", "--router", "top3", "--run"]])
+def test_an_unknown_router_option_fails_before_anything_is_written(tmp_path, capsys, argv):
+    out = tmp_path / "new"
+    argv = argv + ([out] if argv[-1] == "--run" else ["--out", out])
+    code, _, err = run_cli(argv, capsys)
+    assert code == 2 and "did you mean 'top2'" in err and len(err.strip().splitlines()) == 1
+    assert not out.exists()
