@@ -52,10 +52,6 @@ def layer_metrics(router_logits, top_k: int, attention_mask: torch.Tensor | None
     return out
 
 
-def _public(m: dict) -> dict:
-    return {k: v for k, v in m.items() if not k.startswith("_")}
-
-
 def mean_over_layers(layers: list[dict]) -> dict:
     return {key: float(sum(m[key] for m in layers) / len(layers)) for key in SCALARS if key in layers[0]}
 

@@ -24,11 +24,6 @@ from redkit.errors import RedkitError
 from redkit.routing.checks import check_probs, check_rows, check_selected
 
 
-def top_k(alpha: torch.Tensor, k: int) -> torch.Tensor:
-    """(N, K) -> (N, k) indices of the k largest weights."""
-    return alpha.topk(k, dim=1).indices
-
-
 def expert_load(selected: torch.Tensor, num_experts: int) -> torch.Tensor:
     """(N, k) indices -> (K,) float counts of assignments per expert."""
     return torch.bincount(selected.reshape(-1), minlength=num_experts).double()

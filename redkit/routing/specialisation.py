@@ -60,12 +60,6 @@ def nmi(counts: torch.Tensor) -> float:
     return float(mi / ((h_d + h_e) / 2)) if h_d + h_e > 0 else 0.0
 
 
-def membership(selected: torch.Tensor, num_experts: int) -> torch.Tensor:
-    """(N, k) -> (N, K) float 0/1: expert i among a decision's top-k."""
-    m = torch.zeros(selected.shape[0], num_experts, device=selected.device)
-    return m.scatter_(1, selected, 1.0)
-
-
 def intersections(selected: torch.Tensor, num_experts: int) -> torch.Tensor:
     """(N, k) distinct experts per row -> (K, K) |S_i ∩ S_j| (diagonal |S_i|): a count of every
     ordered pair of a row's experts, k^2 bincounts of N (no (N, K) matrix)."""
