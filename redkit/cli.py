@@ -394,6 +394,8 @@ def _routing_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--experts", type=int, action="append", default=None, help="values of K for the scaling (default 4 8 16 32)")
     p.add_argument("--split", default="test")
     p.add_argument("--max-epochs", type=int, default=None, help="cap the epochs of every stage the analysis trains")
+    p.add_argument("--train-examples", type=int, default=None,
+                   help="train every router, gate and scaling expert on this fixed random subset of train (quick runs)")
     p.add_argument("--monitor-every", type=int, default=RoutingAnalysisConfig.monitor_every,
                    help="optimizer steps between logged routing metrics while a router trains (default 50)")
     p.add_argument("--repeats", type=int, default=RoutingAnalysisConfig.repeats, help="timed calls per overhead component")
@@ -404,7 +406,8 @@ def cmd_analyze_routing(args) -> None:
 
     config = RoutingAnalysisConfig(routers=tuple(args.router or ()), parts=tuple(args.part or PARTS), seeds=args.seeds,
                                    experts=tuple(args.experts or RoutingAnalysisConfig.experts), split=args.split,
-                                   max_epochs=args.max_epochs, monitor_every=args.monitor_every, repeats=args.repeats)
+                                   max_epochs=args.max_epochs, train_examples=args.train_examples,
+                                   monitor_every=args.monitor_every, repeats=args.repeats)
     run_routing_analysis(args.run, config)
 
 

@@ -13,7 +13,7 @@ from conftest import run_cli
 from redkit.compositions import ModuleSet, compose
 from redkit.modules.store import read_meta
 from redkit.open_run import open_run
-from redkit.routing.analyze import RoutingAnalysisConfig, router_variant
+from redkit.routing.analyze import AnalysisVariant, RoutingAnalysisConfig, router_variant
 from redkit.routing.monitor import TrainingMonitor
 
 
@@ -67,6 +67,18 @@ def test_dense_router_trained_by_the_analysis_is_the_runs_own(tiny_run, tmp_path
         assert torch.equal(a, b), name
 
 
+def test_a_quick_analysis_trains_on_a_fixed_subset_of_train_only(tiny_run, tmp_path):
+    run = open_run(tiny_run)
+    config = RoutingAnalysisConfig(train_examples=100, max_epochs=2)
+    a, b = (AnalysisVariant(run, tmp_path / name, ("router",), config) for name in "ab")
+    h, _, d = a.split_tensors("train")
+    assert len(h) == 100 and torch.equal(h, b.split_tensors("train")[0])  # the same rows every time
+    assert len(a.split_tensors("val")[0]) == len(run.split_tensors("val")[0])
+    assert a.config.train_config("router").max_epochs == 2  # the cap is the variant's, the run's config is untouched
+    full = run.split_tensors("train")[0]
+    assert all((full == row).all(dim=1).any() for row in h[:5])  # rows of the run's own train split
+
+
 def test_zoo_router_as_red_router_and_moe_gate_through_the_stages(tiny_run, tmp_path):
     run = open_run(tiny_run)
     variant, _ = router_variant(run, tmp_path / "switch", "switch", ["router", "gate"], RoutingAnalysisConfig(max_epochs=1))
@@ -98,6 +110,7 @@ def test_monitor_logs_every_n_steps_without_changing_training(tiny_run, tmp_path
     (["--router", "swich"], "did you mean 'switch'"),
     (["--part", "metric"], "unknown part"),
     (["--seeds", "1"], "at least 2 seeds"),
+    (["--train-examples", "0"], "at least 1"),
 ])
 def test_bad_input_is_one_line_exit_2(tiny_run, capsys, argv, message):
     code, out, err = run_cli(["analyze", "routing", "--run", tiny_run, *argv], capsys)

@@ -47,6 +47,7 @@ class RoutingAnalysisConfig:
     batch: int = 512  # routing chunk (expert choice picks within it), per-batch MaxVio
     monitor_every: int = 50  # optimizer steps between two logged routing measurements
     max_epochs: int | None = None  # cap the epochs of every stage the analysis trains (quick runs)
+    train_examples: int | None = None  # train every variant on this fixed random subset of train (quick runs)
     repeats: int = 20  # timed calls per overhead component
     overhead_batch: int = 256
 
@@ -61,6 +62,10 @@ class RoutingAnalysisConfig:
         for k in self.experts:
             if k < 2:
                 raise RedkitError(f"--experts {k}: the scaling needs K >= 2")
+        for flag, value in (("--monitor-every", self.monitor_every), ("--repeats", self.repeats),
+                            ("--max-epochs", self.max_epochs), ("--train-examples", self.train_examples)):
+            if value is not None and value < 1:
+                raise RedkitError(f"{flag} must be at least 1, not {value}")
 
     def router_names(self) -> list[str]:
         return list(self.routers) or ROUTERS.names()
@@ -78,22 +83,35 @@ def roles_of(run) -> list[str]:
     return ["router"] + (["gate"] if module_exists(run.module_dir("gate")) else [])
 
 
-def _cap_epochs(variant: VariantRun, max_epochs: int | None) -> None:
-    if max_epochs is not None:
-        for stage in ("experts", "heads", "router", "gate"):
-            variant.config.stage_overrides.setdefault(stage, {})["max_epochs"] = max_epochs
+class AnalysisVariant(VariantRun):
+    """A variant of the run whose train split may be a fixed random subset (`train_examples`), so
+    that a quick analysis of a large run trains every router on fewer examples; val and test are whole."""
+
+    def __init__(self, parent, directory: Path, trains: tuple[str, ...], config: "RoutingAnalysisConfig",
+                 experts: int | None = None):
+        super().__init__(parent, directory, trains, experts=experts)
+        self.train_examples = config.train_examples
+        if config.max_epochs is not None:
+            for stage in ("experts", "heads", "router", "gate"):
+                self.config.stage_overrides.setdefault(stage, {})["max_epochs"] = config.max_epochs
+
+    def split_tensors(self, name: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        h, classes, domains = super().split_tensors(name)
+        if name != "train" or not self.train_examples or self.train_examples >= len(h):
+            return h, classes, domains
+        rows = torch.randperm(len(h), generator=torch.Generator().manual_seed(20_004))[:self.train_examples].sort().values
+        return h[rows], classes[rows], domains[rows]
 
 
 def router_variant(parent, directory: Path, name: str, roles: list[str], config: RoutingAnalysisConfig,
-                   seed: int | None = None, monitor: bool = False) -> tuple[VariantRun, float]:
+                   seed: int | None = None, monitor: bool = False) -> tuple["AnalysisVariant", float]:
     """(`parent` with router `name` (and `seed`) trained for `roles` under `directory`, seconds).
     Always trained here, even for the router the run has: the same seed and code give the same
     module, and the monitor sees it train."""
-    variant = VariantRun(parent, directory, trains=tuple(roles))
+    variant = AnalysisVariant(parent, directory, tuple(roles), config)
     variant.config.router = name
     if seed is not None:
         variant.config.seed = seed
-    _cap_epochs(variant, config.max_epochs)
     if monitor:
         variant.monitor = TrainingMonitor(variant, every=config.monitor_every)
     start = time.perf_counter()
@@ -154,8 +172,7 @@ def scaling_part(run, directory: Path, names: list[str], roles: list[str], confi
         if k > run.space.num_classes:
             out[str(k)] = {"skipped": f"K = {k} exceeds the run's {run.space.num_classes} classes"}
             continue
-        base = VariantRun(run, directory / "scaling" / f"K{k}" / "experts", trains=("experts", "heads"), experts=k)
-        _cap_epochs(base, config.max_epochs)
+        base = AnalysisVariant(run, directory / "scaling" / f"K{k}" / "experts", ("experts", "heads"), config, experts=k)
         start = time.perf_counter()
         STAGES["experts"](base, kinds=("residual",))
         if "gate" in roles:
@@ -163,9 +180,8 @@ def scaling_part(run, directory: Path, names: list[str], roles: list[str], confi
         experts_seconds = time.perf_counter() - start
         rows = {}
         for name in names:
-            variant = VariantRun(base, directory / "scaling" / f"K{k}" / name, trains=tuple(roles))
+            variant = VariantRun(base, directory / "scaling" / f"K{k}" / name, trains=tuple(roles))  # base's train rows
             variant.config.router = name
-            _cap_epochs(variant, config.max_epochs)
             start = time.perf_counter()
             for role in roles:
                 STAGES[role](variant)

@@ -75,8 +75,19 @@ class ArrowRouter(FreeRouter):
 
     @staticmethod
     def directions(updates: list[torch.Tensor]) -> torch.Tensor:
-        """Top right-singular vector of each (out, d) weight update -> (K, d)."""
-        return torch.stack([torch.linalg.svd(u.double(), full_matrices=False).Vh[0].float() for u in updates])
+        """Top right-singular vector of each (out, d) weight update -> (K, d): the top eigenvector of
+        uᵀu (d, d), in float64 on u scaled to unit norm (a barely trained expert's tiny entries would
+        otherwise crawl through subnormal numbers). An all-zero update (an expert that never
+        trained) has no direction: its vector is 0, so it is never chosen over one that has."""
+        vectors = []
+        for u in updates:
+            norm = u.norm()
+            if norm == 0:
+                vectors.append(torch.zeros(u.shape[1]))
+                continue
+            u = (u / norm).double()
+            vectors.append(torch.linalg.eigh(u.T @ u).eigenvectors[:, -1].float())
+        return torch.stack(vectors)
 
     @classmethod
     def from_run(cls, run, role: str) -> "ArrowRouter":
