@@ -42,6 +42,9 @@ def test_analyze_routing_writes_its_report_and_leaves_the_run_alone(analysed, ca
     assert red["k"] == 2 and red["active_experts"] == pytest.approx(2.0) and 0 <= red["accuracy"] <= 1
     assert sum(red["load_topk"]) == 2 * result["n"]
     assert result["metrics"]["routers"]["dense"]["dynamics"], "the monitor logged nothing while the router trained"
+    itself = result["metrics"]["routers"]["dense"]["roles"]["gate"]["vs_reference"]
+    assert itself == {"only_a": 0, "only_b": 0, "p": 1.0, "reference": "dense"}  # McNemar against dense: itself
+    assert result["metrics"]["routers"]["top2"]["roles"]["router"]["vs_reference"]["reference"] == "dense"
     assert result["stability"]["prototype"] == {"deterministic": True}
     assert len(result["stability"]["dense"]["pairs"]) == 1 and 0 <= result["stability"]["dense"]["agreement"] <= 1
     assert set(result["scaling"]["4"]["routers"]) == {"dense", "top2", "prototype"}
@@ -49,7 +52,7 @@ def test_analyze_routing_writes_its_report_and_leaves_the_run_alone(analysed, ca
     for figure in ("usage", "affinity", "dynamics_router", "gram", "scaling"):
         assert (directory / "figures" / f"{figure}.png").stat().st_size > 1000
     report = (directory / "report.md").read_text()
-    assert "## Routing metrics (primary)" in report and "| top2 | RED router | 2 |" in report
+    assert "## Routing metrics (primary)" in report and "| top2 | RED router | 2 |" in report and "(McNemar)" in report
     assert 'id="analysis-routing"' in (analysed / "report.html").read_text()
     # the variants are complete modules of the right kind, under the analysis directory
     assert read_meta(directory / "routers" / "top2" / "modules" / "router").kind == "router_top2"

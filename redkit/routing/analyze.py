@@ -30,11 +30,13 @@ from redkit.routing.evaluate import evaluate_router, expert_gram
 from redkit.routing.monitor import TrainingMonitor
 from redkit.routing.overhead import overhead
 from redkit.routing.stability import stability_metrics
+from redkit.study.seeds import mcnemar_exact
 from redkit.study.stats import t_interval
 from redkit.study.variant import VariantRun
 from redkit.train.stages import STAGES
 
 PARTS = ("metrics", "stability", "scaling", "overhead")
+REFERENCE = "dense"  # the router every other one is tested against (McNemar), when it is analysed
 
 
 @dataclass
@@ -122,10 +124,12 @@ def router_variant(parent, directory: Path, name: str, roles: list[str], config:
 
 
 def _evaluate(run, roles: list[str], config: RoutingAnalysisConfig) -> tuple[dict, dict]:
-    out, selected = {}, {}
+    """({role: metrics}, {role: per-example correctness})."""
+    metrics, right = {}, {}
     for role in roles:
-        out[role], selected[role] = evaluate_router(run, role, config.split, config.batch)
-    return out, selected
+        evaluation = evaluate_router(run, role, config.split, config.batch)
+        metrics[role], right[role] = evaluation.metrics, evaluation.right.numpy()
+    return metrics, right
 
 
 def _dynamics(variant: VariantRun) -> list[dict]:
@@ -137,12 +141,17 @@ def _dynamics(variant: VariantRun) -> list[dict]:
 
 
 def metrics_part(run, directory: Path, names: list[str], roles: list[str], config: RoutingAnalysisConfig) -> tuple[dict, dict]:
-    results, variants = {}, {}
+    results, variants, right = {}, {}, {}
     for name in tqdm(names, desc="routers", unit="router", leave=False, dynamic_ncols=True):
         variant, seconds = router_variant(run, directory / "routers" / name, name, roles, config, monitor=True)
-        metrics, _ = _evaluate(variant, roles, config)
+        metrics, right[name] = _evaluate(variant, roles, config)
         results[name] = {"roles": metrics, "train_seconds": seconds, "dynamics": _dynamics(variant)}
         variants[name] = variant
+    reference = REFERENCE if REFERENCE in names else names[0]
+    for name in names:  # McNemar's exact test against the reference router, per role, on the same examples
+        for role in roles:
+            results[name]["roles"][role]["vs_reference"] = mcnemar_exact(right[name][role], right[reference][role]) | {
+                "reference": reference}
     experts = {role: expert_gram(run, role) for role in roles}
     return {"routers": results, "experts": experts}, variants
 
@@ -158,9 +167,9 @@ def stability_part(run, directory: Path, names: list[str], variants: dict, confi
                 router_variant(run, directory / "seeds" / name / f"seed{s}", name, ["router"], config, seed=s)[0]
                 for s in seeds]
         evaluated = [evaluate_router(r, "router", config.split, config.batch) for r in runs]
-        pairs = [stability_metrics(evaluated[a][1], evaluated[b][1], run.space.num_domains)
+        pairs = [stability_metrics(evaluated[a].selected, evaluated[b].selected, run.space.num_domains)
                  for a, b in combinations(range(len(runs)), 2)]
-        out[name] = {"seeds": seeds, "accuracy": t_interval([e[0]["accuracy"] for e in evaluated]),
+        out[name] = {"seeds": seeds, "accuracy": t_interval([e.metrics["accuracy"] for e in evaluated]),
                      "pairs": pairs} | {key: float(torch.tensor([p[key] for p in pairs]).nanmean())
                                         for key in ("agreement", "saturation", "kendall_tau")}
     return out

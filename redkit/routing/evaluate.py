@@ -5,6 +5,8 @@ Routing and mixing go in chunks of `batch` decisions: the same chunks for every 
 expert-choice router (non-causal) picks among `batch` decisions at a time, as it does in training.
 """
 
+from typing import NamedTuple
+
 import torch
 
 from redkit.compositions import MIXTURES, ModuleSet
@@ -33,8 +35,14 @@ def route_and_mix(modules: ModuleSet, role: str, h: torch.Tensor, batch: int) ->
     return joined, torch.cat(preds)
 
 
-def evaluate_router(run, role: str, split: str, batch: int) -> tuple[dict, torch.Tensor]:
-    """(metrics and accuracy, selected experts (N, k)) of `run`'s router (role "router") or gate."""
+class Evaluation(NamedTuple):
+    metrics: dict  # routing metrics, accuracy of the composition, active experts
+    selected: torch.Tensor  # (N, k) experts chosen per example
+    right: torch.Tensor  # (N,) bool: the composition's prediction is the answer
+
+
+def evaluate_router(run, role: str, split: str, batch: int) -> Evaluation:
+    """`run`'s router (role "router") or gate on `split`."""
     h, classes, domains = run.split_tensors(split)
     out, pred = route_and_mix(ModuleSet(run), role, h.to(run.device), batch)
     k = run.space.num_domains
@@ -42,8 +50,10 @@ def evaluate_router(run, role: str, split: str, batch: int) -> tuple[dict, torch
     metrics = routing_metrics(out.probs.cpu(), selected=selected, logits=out.logits.cpu(), batch_size=batch)
     metrics |= specialisation_metrics(selected, domains, k, k)
     active = float((out.weights > 0).sum(dim=1).double().mean())
-    return {"composition": COMPOSITION_OF[role], "accuracy": float((pred == classes).double().mean()),
-            "active_experts": active, "weight_sum": float(out.weights.sum(dim=1).double().mean())} | metrics, selected
+    right = pred == classes
+    return Evaluation({"composition": COMPOSITION_OF[role], "accuracy": float(right.double().mean()),
+                       "active_experts": active, "weight_sum": float(out.weights.sum(dim=1).double().mean())} | metrics,
+                      selected, right)
 
 
 def expert_gram(run, role: str) -> dict:

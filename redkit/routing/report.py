@@ -35,11 +35,21 @@ def metrics_table(result: dict) -> tuple[list[str], list[list[str]]]:
     return header, rows
 
 
+def _mcnemar(m: dict) -> str:
+    test = m["vs_reference"]
+    return f"{test['only_a']} / {test['only_b']}, p = {test['p']:.3g}"
+
+
 def accuracy_table(result: dict) -> tuple[list[str], list[list[str]]]:
     roles = result["roles"]
-    header = ["router"] + [f"{'RED' if role == 'router' else 'MoE'} accuracy" for role in roles] + ["train seconds (all roles)"]
-    rows = [[name] + [_f(r["roles"][role]["accuracy"]) for role in roles] + [f"{r['train_seconds']:.1f}"]
-            for name, r in result["metrics"]["routers"].items()]
+    reference = next(iter(result["metrics"]["routers"].values()))["roles"][roles[0]]["vs_reference"]["reference"]
+    header = ["router"]
+    for role in roles:
+        what = "RED" if role == "router" else "MoE"
+        header += [f"{what} accuracy", f"{what}: only this / only {reference} right (McNemar)"]
+    header.append("train seconds (all roles)")
+    rows = [[name] + [cell for role in roles for cell in (_f(r["roles"][role]["accuracy"]), _mcnemar(r["roles"][role]))]
+            + [f"{r['train_seconds']:.1f}"] for name, r in result["metrics"]["routers"].items()]
     return header, rows
 
 
