@@ -114,6 +114,7 @@ def test_monitor_logs_every_n_steps_without_changing_training(tiny_run, tmp_path
     (["--part", "metric"], "unknown part"),
     (["--seeds", "1"], "at least 2 seeds"),
     (["--train-examples", "0"], "at least 1"),
+    (["--split", "tset"], "no such split"),
 ])
 def test_bad_input_is_one_line_exit_2(tiny_run, capsys, argv, message):
     code, out, err = run_cli(["analyze", "routing", "--run", tiny_run, *argv], capsys)

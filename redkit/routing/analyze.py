@@ -208,10 +208,14 @@ def routing_analysis(run, config: RoutingAnalysisConfig) -> dict:
     start = time.perf_counter()
     roles = roles_of(run)
     names = config.router_names()
+    try:
+        n = len(run.split_tensors(config.split)[1])
+    except KeyError:
+        raise RedkitError(f"--split {config.split}: the run has no such split") from None
     directory = analysis_dir(run.dir)
     result = {"config": asdict(config), "routers": names, "roles": roles, "split": config.split,
               "experts": run.space.num_domains, "domains": list(run.space.domains),
-              "n": len(run.split_tensors(config.split)[1]), "seconds_per_part": {}}
+              "n": n, "seconds_per_part": {}}
     variants: dict = {}
     if {"metrics", "stability", "overhead"} & set(config.parts):
         t = time.perf_counter()
