@@ -9,6 +9,13 @@
                scores for *selection only*; after every training batch b_i += u sign(mean load - load_i),
                u = 1e-3. No auxiliary loss; the gate values are the unbiased probabilities.
 
+As the MoE gate (trained on the task loss with the experts frozen), a top-1 router whose gate is
+the unnormalised p_i (switch, loss_free) only ever gets a gradient that raises p_i of the expert it
+already chose: nothing tells it another expert would do better, so it keeps its initial
+preferences (the small analyses show the collapse: one or two experts take every decision). In
+Switch's own setting the experts train too and this is what balancing counters; here it is what
+the routing analysis measures.
+
 Capacity dropping happens in training only (in evaluation every decision keeps its experts), so
 the accuracy of a composition never depends on how the evaluation set is batched.
 """
