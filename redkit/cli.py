@@ -15,6 +15,7 @@
     redkit study ablation --run DIR [--part rank ...] [--experts K ...] [--with-base]
     redkit study seeds --task task1 [--seeds 5] [--out runs/seeds-task1]
     redkit study complexity --run DIR [--repeats 50]
+    redkit analyze routing --run DIR [--router NAME ...] [--part metrics ...] [--seeds 3] [--experts K ...]
     redkit report --run DIR                                          (report.html: the run and its studies)
 """
 
@@ -41,6 +42,11 @@ def _add_run_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--device", default="cpu", help="cpu, cuda, cuda:1, ...")
     p.add_argument("--precision", choices=("fp32", "bf16"), default="fp32")
     p.add_argument("--max-epochs", type=int, default=None, help="cap every stage's epochs (quick runs)")
+
+
+def _router_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--router", default="dense", help="router and gate kind, from the zoo: dense (default), switch, top2, "
+                                                    "expert_choice, loss_free, spectra, prototype, arrow")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -71,6 +77,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", type=Path, default=None, help="the new run (default <run>-<operation>)")
     p.add_argument("--decomposer", type=Path, default=None,
                    help="a decomposer trained on decomposer_times data to reuse (default: trained in <out>/decomposer)")
+    p.add_argument("--router", default=None, help="the new run's router kind (default the parent's); a training-free "
+                                                  "one (prototype, arrow) plugs the expert in with no router training")
 
     p = sub.add_parser("eval", help="evaluate a trained run on any JSONL file (a steps run decomposes and executes it)")
     p.add_argument("--run", required=True, type=Path)
@@ -86,6 +94,11 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("report", help="rebuild <run>/report.html: the run's tables and every study, figures inlined")
     p.add_argument("--run", required=True, type=Path)
 
+    p = sub.add_parser("analyze", help="analyse a trained run (results under <run>/analysis/)",
+                       description="`redkit analyze ANALYSIS --help` lists an analysis's flags.")
+    p.add_argument("analysis", help=" | ".join(ANALYSES))
+    p.add_argument("options", nargs=argparse.REMAINDER, help="the analysis's own flags")
+
     p = sub.add_parser("study", help="test a claim of the paper on a trained run (results under <run>/studies/)",
                        description="`redkit study STUDY --help` lists a study's flags.")
     p.add_argument("study", help=" | ".join(STUDIES))
@@ -97,6 +110,7 @@ def _run_config(args: argparse.Namespace, task: str, data_task: str | None = Non
     """A text run's config from the flags; `data_task` names the generator when it differs from the
     benchmark (steps: per-operation data)."""
     from redkit.backbone import BackboneConfig
+    from redkit.modules.layers import ROUTERS
     from redkit.data.generate import DataConfig
     from redkit.data.tasks import TASKS
     from redkit.run import RunConfig
@@ -107,7 +121,8 @@ def _run_config(args: argparse.Namespace, task: str, data_task: str | None = Non
                        backbone=BackboneConfig(path=str(Path(args.backbone).resolve()) if args.backbone else None,
                                                pooling=args.pooling, trainable_layers=args.trainable_layers,
                                                precision=args.precision),
-                       expert_rank=args.rank, device=args.device)
+                       expert_rank=args.rank, device=args.device, router=args.router)
+    ROUTERS[config.router]  # an unknown router fails (did you mean) before anything is written
     if args.max_epochs is not None:
         for stage in ("base", "experts", "heads", "router", "gate"):
             config.stage_overrides.setdefault(stage, {})["max_epochs"] = args.max_epochs
@@ -139,6 +154,7 @@ def _text_options(p: argparse.ArgumentParser) -> None:
                    help="K experts, each a contiguous equal-width part of the answers (default: one per range R1..R5)")
     _eval_option(p)
     _add_run_options(p)
+    _router_option(p)
 
 
 def _text_benchmark(task: str) -> tuple:
@@ -238,6 +254,7 @@ def _steps_options(p: argparse.ArgumentParser) -> None:
                    help="train (or reuse, when trained on the same data) the decomposer here (default <out>/decomposer)")
     _eval_option(p)  # its questions are answered by decomposition
     _add_run_options(p)
+    _router_option(p)
 
 
 def cmd_reproduce_steps(args) -> None:
@@ -410,10 +427,45 @@ STUDIES.register("seeds")((_seeds_options, cmd_study_seeds))
 STUDIES.register("complexity")((_complexity_options, cmd_study_complexity))
 
 
+def _routing_options(p: argparse.ArgumentParser) -> None:
+    from redkit.routing.analyze import PARTS, RoutingAnalysisConfig
+
+    p.add_argument("--run", required=True, type=Path, help="a trained run with a router (task1, task2, steps or digits)")
+    p.add_argument("--router", action="append", default=None, help="a router of the zoo (repeatable; default: all)")
+    p.add_argument("--part", action="append", default=None, help=f"{' | '.join(PARTS)} (default: all)")
+    p.add_argument("--seeds", type=int, default=RoutingAnalysisConfig.seeds, help="seeds of the router stage for stability (default 3)")
+    p.add_argument("--experts", type=int, action="append", default=None, help="values of K for the scaling (default 4 8 16 32)")
+    p.add_argument("--split", default="test")
+    p.add_argument("--max-epochs", type=int, default=None, help="cap the epochs of every stage the analysis trains")
+    p.add_argument("--train-examples", type=int, default=None,
+                   help="train every router, gate and scaling expert on this fixed random subset of train (quick runs)")
+    p.add_argument("--monitor-every", type=int, default=RoutingAnalysisConfig.monitor_every,
+                   help="optimizer steps between logged routing metrics while a router trains (default 50)")
+    p.add_argument("--repeats", type=int, default=RoutingAnalysisConfig.repeats, help="timed calls per overhead component")
+
+
+def cmd_analyze_routing(args) -> None:
+    from redkit.routing.analyze import PARTS, RoutingAnalysisConfig, run_routing_analysis
+
+    config = RoutingAnalysisConfig(routers=tuple(args.router or ()), parts=tuple(args.part or PARTS), seeds=args.seeds,
+                                   experts=tuple(args.experts or RoutingAnalysisConfig.experts), split=args.split,
+                                   max_epochs=args.max_epochs, train_examples=args.train_examples,
+                                   monitor_every=args.monitor_every, repeats=args.repeats)
+    run_routing_analysis(args.run, config)
+
+
+ANALYSES: Registry[tuple] = Registry("analysis")  # name -> (add its flags to a parser, run it)
+ANALYSES.register("routing")((_routing_options, cmd_analyze_routing))
+
+
+def cmd_analyze(args) -> None:
+    _run_sub_command(ANALYSES, args.analysis, args.options, f"redkit analyze {args.analysis}")
+
+
 def cmd_report(args) -> None:
     from redkit.study.html import write_html_report
 
-    if not (args.run / "report.md").is_file() and not (args.run / "studies").is_dir():
+    if not (args.run / "report.md").is_file() and not (args.run / "studies").is_dir() and not (args.run / "analysis").is_dir():
         raise RedkitError(f"{args.run}: no report.md and no studies/ to build a report from")
     print(write_html_report(args.run))
 
@@ -450,7 +502,8 @@ def cmd_train(args) -> None:
 def cmd_add_expert(args) -> None:
     from redkit.steps.plugin import plug_in
 
-    plug_in(args.run, args.out or args.run.with_name(f"{args.run.name}-{args.operation}"), args.operation, args.decomposer)
+    plug_in(args.run, args.out or args.run.with_name(f"{args.run.name}-{args.operation}"), args.operation, args.decomposer,
+            router=args.router)
 
 
 def _open_text_run(path: Path):
@@ -539,7 +592,7 @@ def cmd_predict(args) -> None:
 
 
 COMMANDS = {"data": cmd_data, "reproduce": cmd_reproduce, "train": cmd_train, "add-expert": cmd_add_expert,
-            "eval": cmd_eval, "predict": cmd_predict, "study": cmd_study,
+            "eval": cmd_eval, "predict": cmd_predict, "study": cmd_study, "analyze": cmd_analyze,
             "report": cmd_report}
 
 

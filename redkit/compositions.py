@@ -132,6 +132,13 @@ def router_logits(modules: ModuleSet, router: str, h: torch.Tensor) -> torch.Ten
     return getattr(modules, router)()(h)
 
 
+def router_alpha(modules: ModuleSet, router: str, h: torch.Tensor) -> torch.Tensor:
+    """(N, K) α of the run's router or gate: softmax of its logits, or, for a router of the zoo
+    (`route`), the weights it routes with (sparse for top-k, capacity and expert-choice routers)."""
+    module = getattr(modules, router)()
+    return module.route(h).weights if hasattr(module, "route") else F.softmax(module(h), dim=-1)
+
+
 def one_hot_alpha(labels: torch.Tensor, k: int) -> torch.Tensor:
     """α = one-hot(true domain) (N, K): the oracle's routing."""
     return F.one_hot(labels, k).float()
@@ -149,8 +156,7 @@ def _register_routed(name: str, mixture: str, router: str) -> None:
     ROUTED.register(name)(Routed(mixture, router))
 
     def composition(modules: ModuleSet, h: torch.Tensor, labels: torch.Tensor, alpha_noise: AlphaNoise | None = None) -> Composed:
-        logits = router_logits(modules, router, h)
-        alpha = alpha_noise(logits, labels) if alpha_noise else F.softmax(logits, dim=-1)
+        alpha = alpha_noise(router_logits(modules, router, h), labels) if alpha_noise else router_alpha(modules, router, h)
         return Composed(MIXTURES[mixture].mix(modules, h, MIXTURES[mixture].outputs(modules, h), alpha), alpha)
 
     COMPOSITIONS.register(name)(composition)

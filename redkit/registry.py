@@ -11,6 +11,7 @@ modules and routers (the lm-evaluation-harness pattern).
 """
 
 import difflib
+import importlib
 from typing import Callable, Generic, Iterator, TypeVar
 
 from redkit.errors import RedkitError
@@ -19,9 +20,17 @@ T = TypeVar("T")
 
 
 class Registry(Generic[T]):
-    def __init__(self, kind: str):
+    def __init__(self, kind: str, plugins: tuple[str, ...] = ()):
+        """`plugins`: modules that register more entries, imported (by name) the first time a name
+        is missing or the entries are listed: how the spine finds a subpackage's entries (the
+        router zoo of redkit.routing) without importing it."""
         self.kind = kind  # what an entry is called in error messages, e.g. "composition"
         self._entries: dict[str, T] = {}
+        self._plugins = list(plugins)
+
+    def _load_plugins(self) -> None:
+        while self._plugins:
+            importlib.import_module(self._plugins.pop(0))
 
     def register(self, name: str) -> Callable[[T], T]:
         def add(obj: T) -> T:
@@ -34,19 +43,24 @@ class Registry(Generic[T]):
 
     def __getitem__(self, name: str) -> T:
         if name not in self._entries:
+            self._load_plugins()
+        if name not in self._entries:
             close = difflib.get_close_matches(name, self._entries, n=1)
             hint = f"; did you mean {close[0]!r}?" if close else ""
             raise RedkitError(f"unknown {self.kind} {name!r}{hint} (known: {', '.join(self._entries)})")
         return self._entries[name]
 
     def __contains__(self, name: object) -> bool:
+        if name not in self._entries:
+            self._load_plugins()
         return name in self._entries
 
     def __iter__(self) -> Iterator[str]:
-        return iter(self._entries)
+        return iter(self.names())
 
     def __len__(self) -> int:
-        return len(self._entries)
+        return len(self.names())
 
     def names(self) -> list[str]:
+        self._load_plugins()
         return list(self._entries)

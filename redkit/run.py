@@ -52,6 +52,7 @@ class StagedConfig:
     seed: int = 0
     expert_rank: int = 0  # r of the residual experts; 0 = d // 4
     device: str = "cpu"
+    router: str = "dense"  # a ROUTERS name: the router and the gate of stages router / gate (dense: softmax MLP)
     train: TrainConfig = field(default_factory=TrainConfig)
     stage_overrides: dict[str, dict] = field(default_factory=lambda: json.loads(json.dumps(DEFAULT_STAGE_OVERRIDES)))
 

@@ -19,7 +19,9 @@ from torch import nn
 
 from redkit.registry import Registry
 
-MODULES: Registry[type[nn.Module]] = Registry("module kind")
+ROUTER_PLUGINS = ("redkit.routing.routers",)  # the router zoo registers its routers (and their module kinds) there
+MODULES: Registry[type[nn.Module]] = Registry("module kind", plugins=ROUTER_PLUGINS)
+ROUTERS: Registry[type[nn.Module]] = Registry("router", plugins=ROUTER_PLUGINS)  # `--router NAME`
 
 
 @dataclass
@@ -99,6 +101,7 @@ class RouterConfig:
     hidden: int = 256
 
 
+@ROUTERS.register("dense")
 @MODULES.register("router")
 class Router(nn.Module):
     """Two-layer MLP h -> K expert logits; α = softmax of them. The RED router and the MoE gate

@@ -1,7 +1,7 @@
 """Compositions over the K LoRA experts, each a forward pass through the adapted top layers.
 
     lora_oracle        expert of the true domain, per example (peft's `adapter_names=`)
-    lora_red           Σ_i α_i ΔW_i in every layer, α = softmax(RED's router(h)), h the run's pooled feature
+    lora_red           Σ_i α_i ΔW_i in every layer, α = RED's router's weights on h, the run's pooled feature
     lora_uniform       Σ_i (1/K) ΔW_i in every layer
     lora_merge_linear  one adapter, peft's add_weighted_adapter(combination_type="linear", weights 1/K)
     lora_merge_ties    one adapter, peft's add_weighted_adapter(combination_type="ties", weights 1, density 0.5)
@@ -20,7 +20,7 @@ from typing import Callable, NamedTuple
 import torch
 from torch.nn import functional as F
 
-from redkit.compositions import Composed, ModuleSet, one_hot_alpha, uniform_alpha
+from redkit.compositions import Composed, ModuleSet, one_hot_alpha, router_alpha, uniform_alpha
 from redkit.errors import RedkitError
 from redkit.peers.arrow import ArrowRouting, ArrowSettings, arrow_backbone
 from redkit.peers.lora import LoraBackbone
@@ -121,7 +121,7 @@ def _xlora(e: LoraExperts, batch: Batch, h: torch.Tensor, labels: torch.Tensor) 
 
 LORA_COMPOSITIONS.register("lora_oracle")(LoraComposition(_oracle, routed=False))
 LORA_COMPOSITIONS.register("lora_red")(LoraComposition(
-    _mixed(lambda e, h: F.softmax(e.modules.router()(h), dim=-1)), routed=True, uses_router=True))
+    _mixed(lambda e, h: router_alpha(e.modules, "router", h)), routed=True, uses_router=True))
 LORA_COMPOSITIONS.register("lora_uniform")(LoraComposition(
     _mixed(lambda e, h: uniform_alpha(len(h), len(e.names), h.device)), routed=False))
 LORA_COMPOSITIONS.register("lora_merge_linear")(LoraComposition(_merge("linear"), routed=False,

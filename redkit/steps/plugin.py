@@ -22,6 +22,7 @@ from redkit.atomic import write_text
 from redkit.data.expression import OPERATION_NAMES
 from redkit.decomposer.train import decomposer_data, train_decomposer
 from redkit.errors import RedkitError
+from redkit.modules.layers import ROUTERS
 from redkit.modules.store import module_exists
 from redkit.report import markdown_table, run_footer
 from redkit.steps.benchmark import decomposer_summary, execute_sources
@@ -42,8 +43,13 @@ def module_digest(directory: Path) -> str:
 
 
 def plug_in(parent_dir: Path, out: Path, operation: str, decomposer_dir: Path | None = None,
-            print_fn=print) -> dict:
+            print_fn=print, router: str | None = None) -> dict:
+    """`router`: the router kind of the new run's router and gate (a ROUTERS name; default the
+    parent's). A training-free one (prototype, arrow) is built from the data and experts: then
+    nothing that sees every operation is trained at all."""
     wall = time.perf_counter()
+    if router is not None:
+        ROUTERS[router]  # an unknown name fails (did you mean) before anything is written
     parent = StepsRun(parent_dir)
     if operation not in OPERATION_NAMES.values():
         raise RedkitError(f"unknown operation {operation!r} (expected one of {', '.join(OPERATION_NAMES.values())})")
@@ -52,7 +58,7 @@ def plug_in(parent_dir: Path, out: Path, operation: str, decomposer_dir: Path | 
     for parts in frozen_parts(parent):
         if not module_exists(parent.module_dir(*parts)):
             raise RedkitError(f"{parent.module_dir(*parts)}: missing; finish the parent run first (redkit reproduce steps)")
-    config = replace(parent.config, operations=(*parent.config.operations, operation),
+    config = replace(parent.config, operations=(*parent.config.operations, operation), router=router or parent.config.router,
                      decomposer=replace(parent.config.decomposer, task=TIMES_TASK),
                      decomposer_dir=str(decomposer_dir.resolve()) if decomposer_dir else None)
     (low, high), (parent_low, parent_high) = operations_space(config.operations).value_range, parent.space.value_range
@@ -78,7 +84,7 @@ def plug_in(parent_dir: Path, out: Path, operation: str, decomposer_dir: Path | 
     unchanged = all(module_digest(run.module_dir(*p.split("/"))) == d for p, d in before_digests.items())
 
     start = time.perf_counter()
-    results = {"task": "plug-in", "operation": operation, "parent": str(parent_dir), "seed": config.seed,
+    results = {"task": "plug-in", "operation": operation, "parent": str(parent_dir), "seed": config.seed, "router": config.router,
                "frozen_modules_unchanged": unchanged, "frozen_modules": sorted(before_digests),
                "decomposer": decomposer_summary(run.decomposer_dir, decomposer),
                "before": execute_sources(parent, data, decomposer_dir=run.decomposer_dir),
@@ -92,7 +98,7 @@ def plug_in(parent_dir: Path, out: Path, operation: str, decomposer_dir: Path | 
 
 
 def render(results: dict) -> str:
-    out = [f"# plug-in: a {results['operation']} expert added to {results['parent']}", "",
+    out = [f"# plug-in: a {results['operation']} expert added to {results['parent']} (router: {results.get('router', 'dense')})", "",
            f"Copied modules unchanged after the plug-in (sha256 of their weights): {results['frozen_modules_unchanged']} "
            f"({', '.join(results['frozen_modules'])})", "",
            "Times-aware decomposer, program exact-match: " + ", ".join(

@@ -1,4 +1,4 @@
-"""`<run>/report.html`: one self-contained page with the run's tables and every study run on it.
+"""`<run>/report.html`: one self-contained page with the run's tables and every study and analysis run on it.
 
 The markdown reports (the run's report.md, then studies/<name>/report.md) are rendered with
 Python-Markdown and every figure is inlined as a data URI, so the page needs no other file and
@@ -42,12 +42,14 @@ def _inline_images(body: str, base: Path) -> str:
 
 
 def report_sections(run_dir: Path) -> list[tuple[str, Path]]:
-    """(anchor, report.md) of the run and of each study, in reading order."""
+    """(anchor, report.md) of the run, of each study and of each analysis (`analysis/<name>/`,
+    e.g. `redkit analyze routing`), in reading order."""
     run_dir = Path(run_dir)
     sections = [("run", run_dir / "report.md")] if (run_dir / "report.md").is_file() else []
     studies = sorted((run_dir / "studies").glob("*/report.md"),
                      key=lambda p: (STUDY_ORDER.index(p.parent.name) if p.parent.name in STUDY_ORDER else len(STUDY_ORDER), p.parent.name))
-    return sections + [(path.parent.name, path) for path in studies]
+    analyses = sorted((run_dir / "analysis").glob("*/report.md"))
+    return sections + [(path.parent.name, path) for path in studies] + [(f"analysis-{path.parent.name}", path) for path in analyses]
 
 
 def write_html_report(run_dir: Path) -> Path:

@@ -85,8 +85,13 @@ class Checkpoint:
 
 def fit(model: nn.Module, batch_loss: Callable[[torch.Tensor], torch.Tensor], num_train: int,
         val_loss: Callable[[], float], config: TrainConfig, seed: int, checkpoint_dir: Path | None = None,
-        desc: str = "train", log: Callable[[dict], None] | None = None, head: nn.Module | None = None) -> FitResult:
+        desc: str = "train", log: Callable[[dict], None] | None = None, head: nn.Module | None = None,
+        on_step: Callable[[int, nn.Module], None] | None = None) -> FitResult:
     """Train the parameters of `model` that require grad; on return `model` holds its best state.
+
+    `on_step(step, model)` is called after every optimizer step (step counts from 1 over the whole
+    fit: epoch x steps per epoch + step in epoch), e.g. to monitor a router while it trains; it
+    must leave the model's mode and random state as it found them.
 
     `head`, a fresh sub-module of `model` (e.g. a new classifier on a pretrained body), gets
     `config.head_lr` when that is set: pretrained weights want small steps, a new head larger ones."""
@@ -103,6 +108,7 @@ def fit(model: nn.Module, batch_loss: Callable[[torch.Tensor], torch.Tensor], nu
     if checkpoint and checkpoint.exists():
         best_state, progress = checkpoint.load(model, optimizer)
     resumed_from = progress["epoch"]
+    steps_per_epoch = math.ceil(math.ceil(num_train / config.batch_size) / accumulate)
     bar = tqdm(total=config.max_epochs, initial=resumed_from, desc=desc, unit="epoch", leave=False, dynamic_ncols=True)
     while progress["epoch"] < config.max_epochs and progress["bad_epochs"] < config.patience:
         start = time.perf_counter()
@@ -112,6 +118,7 @@ def fit(model: nn.Module, batch_loss: Callable[[torch.Tensor], torch.Tensor], nu
         order = torch.randperm(num_train)
         total, batches = 0.0, 0
         optimizer.zero_grad(set_to_none=True)
+        step = epoch * steps_per_epoch
         for i, first in enumerate(range(0, num_train, config.batch_size)):
             loss = batch_loss(order[first:first + config.batch_size])
             (loss / accumulate).backward()
@@ -119,6 +126,9 @@ def fit(model: nn.Module, batch_loss: Callable[[torch.Tensor], torch.Tensor], nu
             if (i + 1) % accumulate == 0 or first + config.batch_size >= num_train:
                 optimizer.step()
                 optimizer.zero_grad(set_to_none=True)
+                step += 1
+                if on_step:
+                    on_step(step, model)
         model.eval()
         with torch.no_grad():
             val = float(val_loss())

@@ -18,7 +18,7 @@ from torch.nn import functional as F
 
 from redkit.errors import RedkitError
 from redkit.features import PrefixStates
-from redkit.modules.layers import MODULES, Classifier, Router
+from redkit.modules.layers import MODULES, ROUTERS, Classifier
 from redkit.modules.store import ModuleMeta, load_module, module_exists, save_module
 from redkit.registry import Registry
 from redkit.run import Run
@@ -55,11 +55,13 @@ def _train_on_features(run: Run, stage: str, directory, module: nn.Module, loss_
     module.to(run.device)
     train = tuple(t.to(run.device) for t in train)
     val = tuple(t.to(run.device) for t in val)
+    monitor = getattr(run, "monitor", None)  # a run may watch a stage train: monitor(stage, step, module)
+    on_step = (lambda step, model: monitor(stage, step, model)) if monitor else None
     with one_thread():  # small modules: thread hand-offs cost more than their arithmetic
         result = fit(module, lambda idx: loss_fn(module, *(t[idx] for t in train)), len(train[0]),
                      lambda: loss_fn(module, *val).item(), run.config.train_config(stage),
                      seed=run.config.seed + seed_offset, checkpoint_dir=directory, desc=f"{stage} {directory.name}",
-                     log=run.log)
+                     log=run.log, on_step=on_step)
     save_module(directory, module.cpu(), _meta(run, module, kind, domain, result))
     Checkpoint(directory).remove()
     return {"module": str(directory), "epochs": result.epochs, "best_val_loss": result.best_val_loss}
@@ -190,6 +192,28 @@ def stage_heads(run: Run, domains: list[int] | None = None) -> dict:
     return timed(run, "heads", work)
 
 
+def make_router(run: Run, role: str) -> nn.Module:
+    """The run's router kind (`config.router`, a ROUTERS name) as RED's router (role "router") or
+    the MoE gate (role "gate"). "dense" is the softmax MLP; a training-free router is built from the
+    run's data or experts (`from_run`) instead of trained."""
+    cls = ROUTERS[run.config.router]
+    if getattr(cls, "training_free", False):
+        return cls.from_run(run, role)
+    return cls(cls.Config(dim=run.feature_dim, num_experts=run.space.num_domains))
+
+
+def _fit_router(run: Run, stage: str, router: nn.Module, loss_fn: Callable, train: tuple, val: tuple, seed_offset: int) -> dict:
+    directory = run.module_dir(stage)
+    kind = getattr(router, "kind", "router")
+    if not getattr(router, "training_free", False):
+        return _train_on_features(run, stage, directory, router, loss_fn, train, val, kind, None, seed_offset)
+    if module_exists(directory):
+        return {"skipped": str(directory)}
+    val_loss = float(loss_fn(router, *(t.to(run.device) for t in val)))
+    save_module(directory, router.cpu(), _meta(run, router, kind, None, FitResult(0, 0, val_loss)))
+    return {"module": str(directory), "epochs": 0, "best_val_loss": val_loss, "training_free": True}
+
+
 @STAGES.register("router")
 def stage_router(run: Run) -> dict:
     """RED's router: trained after the experts are frozen, supervised on the range label."""
@@ -197,11 +221,18 @@ def stage_router(run: Run) -> dict:
         h, _, d = run.split_tensors("train")
         vh, _, vd = run.split_tensors("val")
         torch.manual_seed(run.config.seed * 1000 + 300)
-        router = Router(Router.Config(dim=run.feature_dim, num_experts=run.space.num_domains))
-        ce = lambda r, x, t: F.cross_entropy(r(x), t)  # noqa: E731
-        return _train_on_features(run, "router", run.module_dir("router"), router, ce, (h, d), (vh, vd), "router", None, 300)
+        router = make_router(run, "router")
+        if hasattr(router, "route"):  # a zoo router: its auxiliary loss (load balance, orthogonality) is added
+            ce = lambda r, x, t: _routed_ce(r.route(x), t)  # noqa: E731
+        else:
+            ce = lambda r, x, t: F.cross_entropy(r(x), t)  # noqa: E731
+        return _fit_router(run, "router", router, ce, (h, d), (vh, vd), 300)
 
     return timed(run, "router", work)
+
+
+def _routed_ce(out, target: torch.Tensor) -> torch.Tensor:
+    return F.cross_entropy(out.logits, target) + out.aux_loss
 
 
 def load_heads(run: Run) -> list[nn.Module]:
@@ -222,14 +253,18 @@ def stage_gate(run: Run) -> dict:
         h, y, _ = run.split_tensors("train")
         vh, vy, _ = run.split_tensors("val")
         torch.manual_seed(run.config.seed * 1000 + 400)
-        gate = Router(Router.Config(dim=run.feature_dim, num_experts=run.space.num_domains))
+        gate = make_router(run, "gate")
 
         def mixture_nll(g: nn.Module, x: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
-            log_alpha = F.log_softmax(g(x), dim=-1)  # (B, K)
             log_p = torch.stack([F.log_softmax(head(x), dim=-1) for head in heads], dim=1)  # (B, K, C)
+            if hasattr(g, "route"):  # a zoo router: its (sparse) weights mix the heads, plus its auxiliary loss
+                out = g.route(x)
+                log_w = torch.log(out.weights.clamp(min=1e-12))  # (B, K); unselected experts ~ -28
+                return F.nll_loss(torch.logsumexp(log_w.unsqueeze(-1) + log_p, dim=1), t) + out.aux_loss
+            log_alpha = F.log_softmax(g(x), dim=-1)  # (B, K)
             return F.nll_loss(torch.logsumexp(log_alpha.unsqueeze(-1) + log_p, dim=1), t)
 
-        return _train_on_features(run, "gate", run.module_dir("gate"), gate, mixture_nll, (h, y), (vh, vy), "router", None, 400)
+        return _fit_router(run, "gate", gate, mixture_nll, (h, y), (vh, vy), 400)
 
     return timed(run, "gate", work)
 
