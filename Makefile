@@ -1,6 +1,6 @@
 # Two entry points, each creating (once) and reusing the local virtual environment .venv:
 #   make demo   reproduce Task 1 at full scale on the embedded backbone (about 10 minutes on 2 CPU cores)
-#   make test   run the test suite
+#   make test   run the test suite (with the optional peft extra, so the peers tests run too)
 VENV ?= .venv
 PYTHON ?= python3
 # A CPU build of torch where one is at hand; override, e.g. `make TORCH=torch==2.13.0+cu126 ...`.
@@ -14,7 +14,7 @@ EVAL_EXTERNAL := $(if $(wildcard $(EXTERNAL)),--eval $(EXTERNAL))
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet "$(TORCH)"
-	$(BIN)/python -m pip install --quiet -e ".[dev]"
+	$(BIN)/python -m pip install --quiet -e ".[dev,peft]"
 	touch $@
 
 demo: $(BIN)/.installed

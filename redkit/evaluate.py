@@ -17,8 +17,9 @@ import numpy as np
 import torch
 from sklearn.metrics import confusion_matrix, f1_score, precision_recall_fscore_support
 
-from redkit.compositions import ModuleSet, compose
+from redkit.compositions import Composed, ModuleSet, compose
 from redkit.data.vocabulary import BOUNDARY_ANSWERS, MAX_ANSWER, MIN_ANSWER, RANGES, SHORT_NAMES
+from redkit.space import LabelSpace
 
 
 def _macro_f1(true: np.ndarray, pred: np.ndarray, all_classes: bool = False) -> float:
@@ -101,21 +102,25 @@ def evaluate_compositions(modules: ModuleSet, h: torch.Tensor, classes: torch.Te
     `groups` ({"num_ops": one key per example, ...}) as result["by_num_ops"]. Predictions are
     passed to `metrics` as the values their classes stand for (the run's LabelSpace)."""
     h, labels = h.to(modules.run.device), labels.to(modules.run.device)
-    space = modules.run.space
+    return {name: score_composed(compose(name, modules, h, labels), classes, labels, modules.run.space, metrics, groups)
+            for name in names}
+
+
+def score_composed(composed: Composed, classes: torch.Tensor, labels: torch.Tensor, space: LabelSpace,
+                   metrics: Callable[[np.ndarray, np.ndarray], dict] = prediction_metrics,
+                   groups: dict[str, list[str]] | None = None) -> dict:
+    """metrics(predicted, true) of one composition's output (probs (N, C), weights (N, K) or None)
+    against the true classes (N,) and domains (N,), with the breakdowns of `evaluate_compositions`."""
     true = space.value_of(classes.numpy())
-    results = {}
-    for name in names:
-        composed = compose(name, modules, h, labels)
-        pred = space.value_of(composed.probs.argmax(dim=-1).cpu().numpy())
-        result = metrics(pred, true)
-        for group, keys in (groups or {}).items():
-            result[f"by_{group}"] = accuracy_by(pred, true, keys)
-        if composed.weights is not None:
-            weights, domain = composed.weights.cpu(), labels.cpu()
-            result["mean_weights_by_domain"] = {space.domains[k]: weights[domain == k].mean(dim=0).tolist()
-                                                for k in range(space.num_domains) if (domain == k).any()}
-        results[name] = result
-    return results
+    pred = space.value_of(composed.probs.argmax(dim=-1).cpu().numpy())
+    result = metrics(pred, true)
+    for group, keys in (groups or {}).items():
+        result[f"by_{group}"] = accuracy_by(pred, true, keys)
+    if composed.weights is not None:
+        weights, domain = composed.weights.cpu(), labels.cpu()
+        result["mean_weights_by_domain"] = {space.domains[k]: weights[domain == k].mean(dim=0).tolist()
+                                            for k in range(space.num_domains) if (domain == k).any()}
+    return result
 
 
 @torch.no_grad()

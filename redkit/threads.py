@@ -13,10 +13,16 @@ import torch
 
 
 @contextmanager
-def one_thread() -> Iterator[None]:
+def torch_threads(count: int | None) -> Iterator[None]:
+    """torch on `count` CPU threads within the block (None or 0: as it is), restored after."""
     before = torch.get_num_threads()
-    torch.set_num_threads(1)
+    if count:
+        torch.set_num_threads(count)
     try:
         yield
     finally:
         torch.set_num_threads(before)
+
+
+def one_thread():
+    return torch_threads(1)

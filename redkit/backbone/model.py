@@ -119,8 +119,9 @@ class Backbone(nn.Module):
             hook.remove()
         return captured[0]
 
-    def run_top(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, prefix: torch.Tensor) -> torch.Tensor:
-        """Cached (B, T, d) prefix states -> (B, T, d) final token states, through the trainable layers."""
+    def run_top(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, prefix: torch.Tensor, **model_kwargs) -> torch.Tensor:
+        """Cached (B, T, d) prefix states -> (B, T, d) final token states, through the trainable layers.
+        `model_kwargs` go to the wrapped model's call (a peft model's `adapter_names=`, say)."""
         def swap_input(module, args, kwargs):
             if args:
                 return (prefix,) + tuple(args[1:]), kwargs
@@ -129,7 +130,7 @@ class Backbone(nn.Module):
         hook = self.layers[self.split_at].register_forward_pre_hook(swap_input, with_kwargs=True)
         try:
             with self._only_layers(self.top_layers):
-                out = self.model(input_ids=input_ids, attention_mask=attention_mask, use_cache=False)
+                out = self.model(input_ids=input_ids, attention_mask=attention_mask, use_cache=False, **model_kwargs)
         finally:
             hook.remove()
         return out.last_hidden_state
@@ -144,11 +145,12 @@ class Backbone(nn.Module):
         mask = attention_mask.unsqueeze(-1).to(states.dtype)
         return (states * mask).sum(dim=1) / mask.sum(dim=1).clamp(min=1.0)
 
-    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, prefix: torch.Tensor | None = None) -> torch.Tensor:
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, prefix: torch.Tensor | None = None,
+                **model_kwargs) -> torch.Tensor:
         """(B, T) ids -> (B, d) pooled features; pass `prefix` to skip the frozen layers."""
         if prefix is None:
             prefix = self.run_prefix(input_ids, attention_mask)
-        return self.pool(self.run_top(input_ids, attention_mask, prefix), attention_mask)
+        return self.pool(self.run_top(input_ids, attention_mask, prefix, **model_kwargs), attention_mask)
 
     def autocast(self) -> contextlib.AbstractContextManager:
         """bf16 autocast where asked for (mixed precision on a GPU); a no-op in fp32."""

@@ -62,12 +62,17 @@ def read_meta(path: str | Path) -> ModuleMeta:
         raise RedkitError(f"{path / CONFIG}: not a redkit module config ({err})") from None
 
 
-def load_state(path: str | Path, fingerprint: str | None = None) -> tuple[dict[str, torch.Tensor], ModuleMeta]:
-    path = Path(path)
-    meta = read_meta(path)
+def check_fingerprint(path: str | Path, meta: ModuleMeta, fingerprint: str | None) -> None:
+    """Refuse a module trained on another backbone's features (None: no check)."""
     if fingerprint is not None and meta.backbone_fingerprint != fingerprint:
         raise RedkitError(f"{path}: this {meta.kind} module was trained on backbone {meta.backbone_fingerprint}, "
                           f"but the run's backbone is {fingerprint}; retrain it for this backbone")
+
+
+def load_state(path: str | Path, fingerprint: str | None = None) -> tuple[dict[str, torch.Tensor], ModuleMeta]:
+    path = Path(path)
+    meta = read_meta(path)
+    check_fingerprint(path, meta, fingerprint)
     return load_file(str(path / WEIGHTS)), meta
 
 
