@@ -436,9 +436,10 @@ def _routing_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seeds", type=int, default=RoutingAnalysisConfig.seeds, help="seeds of the router stage for stability (default 3)")
     p.add_argument("--experts", type=int, action="append", default=None, help="values of K for the scaling (default 4 8 16 32)")
     p.add_argument("--split", default="test")
-    p.add_argument("--max-epochs", type=int, default=None, help="cap the epochs of every stage the analysis trains")
-    p.add_argument("--train-examples", type=int, default=None,
-                   help="train every router, gate and scaling expert on this fixed random subset of train (quick runs)")
+    p.add_argument("--max-epochs", type=int, default=RoutingAnalysisConfig.max_epochs,
+                   help="cap the epochs of every stage the analysis trains (default 5; 0: the stages' own caps)")
+    p.add_argument("--train-examples", type=int, default=RoutingAnalysisConfig.train_examples,
+                   help="train every router, gate and scaling expert on this fixed random subset of train (default 8000; 0: all)")
     p.add_argument("--monitor-every", type=int, default=RoutingAnalysisConfig.monitor_every,
                    help="optimizer steps between logged routing metrics while a router trains (default 50)")
     p.add_argument("--repeats", type=int, default=RoutingAnalysisConfig.repeats, help="timed calls per overhead component")

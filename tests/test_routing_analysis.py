@@ -60,10 +60,11 @@ def test_analyze_routing_writes_its_report_and_leaves_the_run_alone(analysed, ca
 
 
 def test_dense_router_trained_by_the_analysis_is_the_runs_own(tiny_run, tmp_path):
-    """Same seed, same stage code: the dense router the analysis trains equals the run's, bit for bit
-    (the --router option left the default path unchanged)."""
+    """Same seed, same stage code, no caps: the dense router the analysis trains equals the run's, bit
+    for bit (the --router option left the default path unchanged)."""
     run = open_run(tiny_run)
-    variant, _ = router_variant(run, tmp_path / "dense", "dense", ["router"], RoutingAnalysisConfig())
+    uncapped = RoutingAnalysisConfig(train_examples=0, max_epochs=0)
+    variant, _ = router_variant(run, tmp_path / "dense", "dense", ["router"], uncapped)
     h = run.split_tensors("test")[0]
     mine, theirs = ModuleSet(variant).router(), ModuleSet(run).router()
     for (name, a), (_, b) in zip(mine.state_dict().items(), theirs.state_dict().items()):
@@ -113,7 +114,7 @@ def test_monitor_logs_every_n_steps_without_changing_training(tiny_run, tmp_path
     (["--router", "swich"], "did you mean 'switch'"),
     (["--part", "metric"], "unknown part"),
     (["--seeds", "1"], "at least 2 seeds"),
-    (["--train-examples", "0"], "at least 1"),
+    (["--train-examples", "-1"], "0 (no cap) or more"),
     (["--split", "tset"], "no such split"),
 ])
 def test_bad_input_is_one_line_exit_2(tiny_run, capsys, argv, message):

@@ -171,6 +171,13 @@ def scaling_figure(path: Path, result: dict) -> str:
     return save_figure(fig, path)
 
 
+def _training_line(config: dict) -> str:
+    examples = f"a fixed random {config['train_examples']:,} examples of train" if config.get("train_examples") else "all of train"
+    epochs = f"at most {config['max_epochs']} epochs" if config.get("max_epochs") else "the stages' own epoch caps"
+    return (f"Every router, gate and scaling expert here was trained on {examples}, {epochs} "
+            "(`--train-examples`, `--max-epochs`; 0 = no cap); the run's own router is the full-data reference.")
+
+
 def routing_report(directory: Path, result: dict) -> str:
     figures = directory / "figures"
     lines = [f"# Routing analysis — {len(result['routers'])} routers, {result['experts']} experts, "
@@ -178,7 +185,7 @@ def routing_report(directory: Path, result: dict) -> str:
              "Metrics as defined in `redkit/routing/metrics.py` (MaxVio without absolute value; Gini Σ(2i−n−1)x/(nΣx); "
              "entropy over the full α / log K). k: experts a decision selects; *active*: mean experts with non-zero weight; "
              "*over cap*: share of assignments beyond ⌈1.25 N k / K⌉; MaxVio/batch: mean over batches of "
-             f"{result['config']['batch']}.", ""]
+             f"{result['config']['batch']}.", "", _training_line(result["config"]), ""]
     if "metrics" in result:
         lines += ["## Routing metrics (primary)", "", markdown_table(*metrics_table(result)), "",
                   f"![usage]({usage_figure(figures / 'usage.png', result)})", "",
