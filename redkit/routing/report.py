@@ -90,11 +90,19 @@ def overhead_table(result: dict) -> tuple[list[str], list[list[str]]]:
     return header, rows
 
 
+def _router_grid(n: int, height: float):
+    """One panel per router, 4 to a row; the panels left over are hidden."""
+    cols = min(4, n)
+    rows = -(-n // cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(3.2 * cols, height * rows), squeeze=False)
+    for ax in list(axes.flat)[n:]:
+        ax.axis("off")
+    return fig, axes
+
+
 def usage_figure(path: Path, result: dict) -> str:
     routers = result["metrics"]["routers"]
-    cols = min(4, len(routers))
-    rows_ = -(-len(routers) // cols)
-    fig, axes = plt.subplots(rows_, cols, figsize=(3.2 * cols, 2.6 * rows_), squeeze=False)
+    fig, axes = _router_grid(len(routers), 2.6)
     for ax, (name, r) in zip(axes.flat, routers.items()):
         for offset, (role, m) in enumerate(r["roles"].items()):
             load = np.asarray(m["load_topk"], dtype=float)
@@ -102,8 +110,6 @@ def usage_figure(path: Path, result: dict) -> str:
         ax.axhline(1 / len(load), color="k", linestyle=":", linewidth=0.8)
         ax.set_title(name, fontsize=9)
         ax.set_xlabel("expert", fontsize=8)
-    for ax in list(axes.flat)[len(routers):]:
-        ax.axis("off")
     axes.flat[0].set_ylabel("share of assignments")
     axes.flat[0].legend(fontsize=7)
     fig.suptitle(f"Expert usage ({result['split']} split; dotted: perfect balance)")
@@ -112,17 +118,13 @@ def usage_figure(path: Path, result: dict) -> str:
 
 def affinity_figure(path: Path, result: dict) -> str:
     routers = result["metrics"]["routers"]
-    cols = min(4, len(routers))
-    rows_ = -(-len(routers) // cols)
-    fig, axes = plt.subplots(rows_, cols, figsize=(3.2 * cols, 2.9 * rows_), squeeze=False)
+    fig, axes = _router_grid(len(routers), 2.9)
     for ax, (name, r) in zip(axes.flat, routers.items()):
         image = ax.imshow(np.asarray(r["roles"]["router"]["affinity"]), vmin=0, vmax=1, cmap="viridis")
         ax.set_title(f"{name}: P(expert | domain)", fontsize=9)
         ax.set_xlabel("expert", fontsize=8)
         ax.set_ylabel("domain", fontsize=8)
         fig.colorbar(image, ax=ax, fraction=0.046)
-    for ax in list(axes.flat)[len(routers):]:
-        ax.axis("off")
     return save_figure(fig, path)
 
 
