@@ -56,10 +56,15 @@ def read_meta(path: str | Path) -> ModuleMeta:
     path = Path(path)
     if not module_exists(path):
         raise RedkitError(f"{path}: no trained module here (expected {CONFIG} and {WEIGHTS})")
+    return parse_meta(path / CONFIG)
+
+
+def parse_meta(file: Path) -> ModuleMeta:
+    """A module's JSON config -> ModuleMeta; anything else is one clear error naming the file."""
     try:
-        return ModuleMeta(**json.loads((path / CONFIG).read_text()))
+        return ModuleMeta(**json.loads(file.read_text()))
     except (json.JSONDecodeError, TypeError) as err:
-        raise RedkitError(f"{path / CONFIG}: not a redkit module config ({err})") from None
+        raise RedkitError(f"{file}: not a redkit module config ({err})") from None
 
 
 def check_fingerprint(path: str | Path, meta: ModuleMeta, fingerprint: str | None) -> None:

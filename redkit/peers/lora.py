@@ -22,7 +22,7 @@ from torch import nn
 from redkit.atomic import write_json
 from redkit.backbone import Backbone
 from redkit.errors import RedkitError
-from redkit.modules.store import ModuleMeta, check_fingerprint
+from redkit.modules.store import ModuleMeta, check_fingerprint, parse_meta
 from redkit.peers import require_peft
 from redkit.train.loop import TrainConfig
 
@@ -138,10 +138,7 @@ def lora_expert_exists(directory: Path) -> bool:
 def read_lora_meta(directory: Path) -> ModuleMeta:
     if not lora_expert_exists(directory):
         raise RedkitError(f"{directory}: no LoRA expert here (expected {META}, {ADAPTER_CONFIG} and {ADAPTER_WEIGHTS})")
-    try:
-        return ModuleMeta(**json.loads((directory / META).read_text()))
-    except (json.JSONDecodeError, TypeError) as err:
-        raise RedkitError(f"{directory / META}: not a redkit module config ({err})") from None
+    return parse_meta(directory / META)
 
 
 def adapter_shape(directory: Path) -> tuple[int, tuple[str, ...]]:
