@@ -313,6 +313,7 @@ def _peers_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--threads", type=int, default=1,
                    help="CPU threads (default 1: on a shared 2-core machine far faster than 2; 0 = torch's default)")
     _add_run_options(p)  # used only when the run has to be made
+    _router_option(p)
 
 
 def cmd_reproduce_peers(args) -> None:

@@ -248,3 +248,21 @@ def test_only_the_peers_package_imports_peft():
     offenders = [str(p.relative_to(root)) for p in root.rglob("*.py") if p.parent.name != "peers"
                  and re.search(r"^\s*(import peft|from peft)", p.read_text(), re.MULTILINE)]
     assert offenders == []
+
+
+def test_a_missing_run_is_made_with_the_config_reproduce_would_use(tmp_path, monkeypatch):
+    """`reproduce peers` on a directory with no results.json makes the run first: its config must be
+    the one `reproduce task1` builds from the same flags (the router option included)."""
+    import redkit.peers.benchmark as benchmark
+    from redkit.cli import main
+
+    made = {}
+
+    def capture(out, task, make_config):
+        made["config"] = make_config()
+        raise SystemExit(0)
+
+    monkeypatch.setattr(benchmark, "finished_run", capture)
+    with pytest.raises(SystemExit):
+        main(["reproduce", "peers", "--out", str(tmp_path / "new"), "--router", "switch", "--seed", "3"])
+    assert made["config"].router == "switch" and made["config"].seed == 3 and made["config"].task == "task1"
