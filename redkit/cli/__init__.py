@@ -34,7 +34,7 @@ from redkit.cli.command import COMMANDS  # noqa: E402
 from redkit.cli.options import add_config_option, apply_config  # noqa: E402
 
 # Registration order is the order `redkit --help` lists the commands in.
-from redkit.cli import data, reproduce, train, add, evaluate, predict, report, analyze, study  # noqa: E402,F401
+from redkit.cli import data, reproduce, fit, train, add, evaluate, predict, report, analyze, study  # noqa: E402,F401
 
 
 def build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParser]]:

@@ -4,7 +4,6 @@ import argparse
 from pathlib import Path
 
 from redkit.cli.command import command
-from redkit.errors import RedkitError
 
 
 def _options(p: argparse.ArgumentParser) -> None:
@@ -13,55 +12,36 @@ def _options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--composition", action="append", default=None)
 
 
-def _open_text_run(path: Path):
-    """A run that answers questions (text or steps): eval and predict take text."""
-    from redkit.digits.run import DigitsRun
-    from redkit.open_run import open_run
-
-    run = open_run(path)
-    if isinstance(run, DigitsRun):
-        raise RedkitError(f"{path} is a digits run: its images are evaluated by `redkit reproduce digits`, not from text")
-    return run
-
-
-def _compositions(names: list[str] | None, default: list[str]) -> list[str]:
-    from redkit.compositions import COMPOSITIONS
-
-    names = names or default
-    for name in names:
-        COMPOSITIONS[name]  # unknown names fail before any work
-    return names
-
-
-@command("eval", options=_options,
-         help="evaluate a trained run on any JSONL file (a steps run decomposes and executes it)")
+@command("eval", options=_options, help="evaluate a trained run on any JSONL file (a steps run decomposes and executes it)")
 def run(args) -> None:
-    from redkit.compositions import COMPOSITIONS, ModuleSet
-    from redkit.data.records import read_jsonl
-    from redkit.pipeline import evaluate_file
-    from redkit.steps import StepsRun
+    from redkit.api import load
 
-    run = _open_text_run(args.run)
-    if isinstance(run, StepsRun):
-        from redkit.steps.questions import evaluate_questions
-
-        from redkit.steps.benchmark import MODES
-
-        # Any integer answer: a question answered by decomposition is not bound to 2..100.
-        result = evaluate_questions(run, read_jsonl(args.data, answers=None), _compositions(args.composition, list(MODES.values())))
-        match = result["program_exact_match"]
-        print(f"{args.data}: {result['n']} questions, decomposed and executed; program exact-match "
-              + (f"{match:.4f} (the {result['with_program']} records with a program)" if match is not None
-                 else "n/a (no record has a program)"))
-        groups = list(next(iter(result["compositions"].values())))
-        print(f"{'composition':14s} " + " ".join(f"{g + ' acc':>11s}" for g in groups))
-        for name, m in result["compositions"].items():
-            print(f"{name:14s} " + " ".join(f"{m[g]['accuracy']:11.4f}" for g in groups))
-        print("n: " + ", ".join(f"{g} {m['n']}" for g, m in next(iter(result["compositions"].values())).items()))
+    result = load(args.run).evaluate(args.data, args.composition)
+    if "compositions" in result:  # a steps run: questions decomposed and executed
+        _print_steps(args.data, result)
         return
-    names = _compositions(args.composition, COMPOSITIONS.names())
-    results = evaluate_file(run, ModuleSet(run), args.data, names)
-    print(f"{args.data}: {next(iter(results.values()))['n']} examples")
-    print(f"{'composition':14s} {'accuracy':>9s} {'range acc':>9s} {'macro-F1':>9s}")
-    for name, m in results.items():
-        print(f"{name:14s} {m['accuracy']:9.4f} {m['range_accuracy']:9.4f} {m['macro_f1']:9.4f}")
+    first = next(iter(result.values()))
+    print(f"{args.data}: {first['n']} examples")
+    if "range_accuracy" in first:
+        print(f"{'composition':14s} {'accuracy':>9s} {'range acc':>9s} {'macro-F1':>9s}")
+        for name, m in result.items():
+            print(f"{name:14s} {m['accuracy']:9.4f} {m['range_accuracy']:9.4f} {m['macro_f1']:9.4f}")
+        return
+    print(f"{'composition':14s} {'accuracy':>9s} {'domain acc':>10s} {'macro-F1':>9s}")
+    for name, m in result.items():
+        domain = f"{m['domain_accuracy']:10.4f}" if "domain_accuracy" in m else f"{'-':>10s}"
+        print(f"{name:14s} {m['accuracy']:9.4f} {domain} {m['macro_f1']:9.4f}")
+    if first["unseen_labels"]:
+        print(f"{first['unseen_labels']} of {first['n']} examples have a label never seen in training: counted as wrong")
+
+
+def _print_steps(path: Path, result: dict) -> None:
+    match = result["program_exact_match"]
+    print(f"{path}: {result['n']} questions, decomposed and executed; program exact-match "
+          + (f"{match:.4f} (the {result['with_program']} records with a program)" if match is not None
+             else "n/a (no record has a program)"))
+    groups = list(next(iter(result["compositions"].values())))
+    print(f"{'composition':14s} " + " ".join(f"{g + ' acc':>11s}" for g in groups))
+    for name, m in result["compositions"].items():
+        print(f"{name:14s} " + " ".join(f"{m[g]['accuracy']:11.4f}" for g in groups))
+    print("n: " + ", ".join(f"{g} {m['n']}" for g, m in next(iter(result["compositions"].values())).items()))

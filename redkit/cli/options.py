@@ -60,9 +60,7 @@ def staged_settings(config, args: argparse.Namespace):
     from redkit.modules.layers import ROUTERS
 
     ROUTERS[config.router]
-    if args.max_epochs is not None:
-        for stage in ("base", "experts", "heads", "router", "gate"):
-            config.stage_overrides.setdefault(stage, {})["max_epochs"] = args.max_epochs
+    config.cap_epochs(args.max_epochs)
     return config
 
 

@@ -1,0 +1,1 @@
+"""`redkit fit`: RED on someone's labelled text with domains (records, config, data, run, report)."""
