@@ -132,7 +132,8 @@ def score_composed(composed: Composed, classes: torch.Tensor, labels: torch.Tens
         result["mean_weights_by_domain"] = {space.domains[k]: weights[domain == k].mean(dim=0).tolist()
                                             for k in range(space.num_domains) if (domain == k).any()}
         if domain_accuracy:
-            result["domain_accuracy"] = float((weights.argmax(dim=-1) == domain).float().mean())
+            known = domain >= 0  # a record of an evaluated file may have no domain of the run
+            result["domain_accuracy"] = float((weights.argmax(dim=-1)[known] == domain[known]).float().mean()) if known.any() else None
     return result
 
 

@@ -24,3 +24,17 @@ def add_expert(args) -> None:
 
     plug_in(args.run, args.out or args.run.with_name(f"{args.run.name}-{args.operation}"), args.operation, args.decomposer,
             router=args.router)
+
+
+def _domain_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--run", required=True, type=Path, help="the finished fit run (only read)")
+    p.add_argument("--data", required=True, type=Path, help="the new domain(s)' train.jsonl|csv (+ optional val, test)")
+    p.add_argument("--out", type=Path, default=None, help="the new run (default <run>+<domain>)")
+
+
+@command("add-domain", options=_domain_options,
+         help="plug a new domain's expert into a fit run (written to a new run; nothing else retrained, checked)")
+def add_domain(args) -> None:
+    from redkit.fit.add import add_domain
+
+    add_domain(args.run, args.data, args.out)

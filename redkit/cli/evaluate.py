@@ -29,7 +29,7 @@ def run(args) -> None:
         return
     print(f"{'composition':14s} {'accuracy':>9s} {'domain acc':>10s} {'macro-F1':>9s}")
     for name, m in result.items():
-        domain = f"{m['domain_accuracy']:10.4f}" if "domain_accuracy" in m else f"{'-':>10s}"
+        domain = f"{m['domain_accuracy']:10.4f}" if m.get("domain_accuracy") is not None else f"{'-':>10s}"
         print(f"{name:14s} {m['accuracy']:9.4f} {domain} {m['macro_f1']:9.4f}")
     if first["unseen_labels"]:
         print(f"{first['unseen_labels']} of {first['n']} examples have a label never seen in training: counted as wrong")

@@ -18,6 +18,7 @@ class FitConfig(StagedConfig):
     labels: tuple[str, ...] = ()  # class c stands for labels[c]; found in the training file
     numeric_labels: bool = False  # every label is an integer: sorted numerically, predicted as ints
     domains: tuple[str, ...] = ()  # one expert each; found in the training file (add-domain appends)
+    added_data: tuple[str, ...] = ()  # data directories of the domains add-domain plugged in later, in order
     backbone: BackboneConfig = field(default_factory=BackboneConfig)
     base_fraction: float = 0.1  # of train, stratified by domain, for stage base (the paper's 10%)
     base_val_examples: int | None = None  # stage base's per-epoch validation: all of val, or this many

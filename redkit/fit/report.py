@@ -16,6 +16,11 @@ def render_fit_report(results: dict, domains: tuple[str, ...], figures: dict[str
     config = results["config"]
     out = [f"# fit: {config['data_dir']} (seed {results['seed']}, {len(config['labels'])} labels, {len(domains)} domains)", ""]
     out += [f"- {note}" for note in results["data"].get("notes", [])] + [""]
+    added = results.get("added")
+    if added:
+        out += [f"Domain(s) {', '.join(added['domains'])} added to {added['parent']} (router: {added['router']}); the copied "
+                f"modules are unchanged (sha256 of their weights): {added['frozen_modules_unchanged']} "
+                f"({', '.join(added['frozen_modules'])})", ""]
     for split, table in results["splits"].items():
         out += [f"## Overall performance ({split})", "",
                 markdown_table(["Method", "Accuracy", "Domain accuracy", "Macro-F1"],
