@@ -127,10 +127,10 @@ def fit(data_dir: str | Path, out: str | Path, *, text_field: str = "text", labe
     RedkitError and leaves OUT as it was. Rerunning resumes; finished stages are never redone."""
     from redkit.backbone import BackboneConfig
     from redkit.backbone.locate import check_model_dir
-    from redkit.fit.config import FitConfig
-    from redkit.fit.data import load_fit_data
-    from redkit.fit.records import Fields
-    from redkit.fit.run import FitRun
+    from redkit.fitting.config import FitConfig
+    from redkit.fitting.data import load_fit_data
+    from redkit.fitting.records import Fields
+    from redkit.fitting.run import FitRun
     from redkit.modules.layers import ROUTERS
     from redkit.pipeline import run_pipeline
 
@@ -148,10 +148,7 @@ def fit(data_dir: str | Path, out: str | Path, *, text_field: str = "text", labe
                                                trainable_layers=trainable_layers, precision=precision),
                        base_fraction=base_fraction)
     config.cap_epochs(max_epochs)
-    fresh = not (out / "data" / "splits.json").is_file()
     run = FitRun(out, config)
-    if fresh:
-        for note in data.notes:  # said once, when the data is first written
-            print_fn(note)
+    # What was done unasked (val carved, no test) is recorded in splits.json and said once, in the report.
     run_pipeline(run, tuple(Path(p) for p in eval_files), print_fn, summary=run.prepare_data(data))
     return FittedRun(run)

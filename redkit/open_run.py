@@ -23,7 +23,7 @@ def open_run(path: Path):
     if task == "steps":
         return StepsRun(path)
     if task == "fit":
-        from redkit.fit.run import FitRun
+        from redkit.fitting.run import FitRun
 
         return FitRun(path)
     if "test_ratio" in config:  # only a digits run has a test ratio (its data has no fixed splits)

@@ -7,7 +7,7 @@ texts, 5 domains, 25 labels).
 
 import argparse
 
-from redkit.fit.topics import write_topics
+from redkit.fitting.topics import write_topics
 
 if __name__ == "__main__":
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])

@@ -35,6 +35,6 @@ def _domain_options(p: argparse.ArgumentParser) -> None:
 @command("add-domain", options=_domain_options,
          help="plug a new domain's expert into a fit run (written to a new run; nothing else retrained, checked)")
 def add_domain(args) -> None:
-    from redkit.fit.add import add_domain
+    from redkit.fitting.add import add_domain
 
     add_domain(args.run, args.data, args.out)

@@ -17,8 +17,8 @@ from dataclasses import asdict, replace
 from pathlib import Path
 
 from redkit.errors import RedkitError
-from redkit.fit.data import FitData, load_fit_data
-from redkit.fit.run import FitRun
+from redkit.fitting.data import FitData, load_fit_data
+from redkit.fitting.run import FitRun
 from redkit.open_run import open_run
 from redkit.pipeline import evaluate_run
 from redkit.steps.plugin import copy_modules, modules_unchanged

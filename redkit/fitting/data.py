@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from redkit.errors import RedkitError
-from redkit.fit.records import Fields, LabelReader, Record, order_labels, read_records
+from redkit.fitting.records import Fields, LabelReader, Record, order_labels, read_records
 
 SPLIT_NAMES = ("train", "val", "test")
 

@@ -5,7 +5,10 @@ composition's top expert is the example's own domain) where Task 1 has range acc
 from pathlib import Path
 
 from redkit.atomic import write_text
-from redkit.report import LABELS, figure_weights, markdown_table, run_footer
+from redkit.report import LABELS as TASK_LABELS
+from redkit.report import figure_weights, markdown_table, run_footer
+
+LABELS = TASK_LABELS | {"oracle": "Oracle per-domain heads"}
 
 
 def _f(x: float | None) -> str:

@@ -14,9 +14,9 @@ import torch
 
 from redkit.atomic import write_json, write_jsonl
 from redkit.errors import RedkitError
-from redkit.fit.config import FitConfig
-from redkit.fit.data import FitData, load_fit_data
-from redkit.fit.records import Fields, LabelReader, Record, read_records
+from redkit.fitting.config import FitConfig
+from redkit.fitting.data import FitData, load_fit_data
+from redkit.fitting.records import Fields, LabelReader, Record, read_records
 from redkit.run import Run
 from redkit.space import LabelSpace
 
@@ -95,6 +95,6 @@ class FitRun(Run):
         return label_metrics(pred, true)
 
     def write_report(self, results: dict) -> str:
-        from redkit.fit.report import write_fit_report
+        from redkit.fitting.report import write_fit_report
 
         return write_fit_report(self.dir, results, self.space.domains)

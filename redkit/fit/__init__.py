@@ -1,1 +1,0 @@
-"""`redkit fit`: RED on someone's labelled text with domains (records, config, data, run, report)."""
