@@ -3,17 +3,10 @@
 import argparse
 from pathlib import Path
 
-from redkit.cli.command import command, group_options, run_sub_command, sub_command
-from redkit.registry import Registry
+from redkit.cli.command import group, sub_command
 
-ANALYSES: Registry[tuple] = Registry("analysis")  # name -> (add its flags to a parser, run it)
-
-
-@command("analyze", options=group_options(ANALYSES, "analysis"), group=True,
-         help="analyse a trained run (results under <run>/analysis/)",
-         description="`redkit analyze ANALYSIS --help` lists an analysis's flags.")
-def run(args) -> None:
-    run_sub_command(ANALYSES, args.analysis, args.options, f"redkit analyze {args.analysis}")
+ANALYSES = group("analyze", "analysis", help="analyse a trained run (results under <run>/analysis/)",
+                 description="`redkit analyze ANALYSIS --help` lists an analysis's flags.")
 
 
 def _routing_options(p: argparse.ArgumentParser) -> None:

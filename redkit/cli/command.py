@@ -48,12 +48,21 @@ def sub_command(registry: Registry, name: str, options: Options):
     return register
 
 
-def group_options(registry: Registry, what: str) -> Options:
+def group(name: str, what: str, help: str, description: str, plugins: tuple[str, ...] = ()) -> Registry:
+    """Register command `name` whose first argument (`what`) names a sub-command with its own flags
+    (reproduce BENCHMARK, study STUDY, analyze ANALYSIS); returns the sub-commands' registry."""
+    registry: Registry[tuple] = Registry(what, plugins)  # name -> (add its flags to a parser, run it)
+
     def options(p: argparse.ArgumentParser) -> None:
         p.add_argument(what, help=" | ".join(registry))
         p.add_argument("options", nargs=argparse.REMAINDER, help=f"the {what}'s own flags")
 
-    return options
+    def run(args: argparse.Namespace) -> None:
+        chosen = getattr(args, what)
+        run_sub_command(registry, chosen, args.options, f"redkit {name} {chosen}")
+
+    COMMANDS.register(name)(Command(options, run, help, description, group=True))
+    return registry
 
 
 def run_sub_command(registry: Registry, name: str, argv: list[str], prog: str) -> None:

@@ -4,19 +4,12 @@ other benchmarks register themselves from their own modules (steps, digits, peer
 import argparse
 from pathlib import Path
 
-from redkit.cli.command import command, group_options, run_sub_command, sub_command
+from redkit.cli.command import group, sub_command
 from redkit.cli.options import add_run_options, eval_option, router_option, run_config
-from redkit.registry import Registry
 
-BENCHMARKS: Registry[tuple] = Registry("benchmark", plugins=("redkit.cli.reproduce_steps", "redkit.cli.reproduce_digits",
-                                                             "redkit.cli.reproduce_peers"))
-
-
-@command("reproduce", options=group_options(BENCHMARKS, "benchmark"), group=True,
-         help="run a benchmark end to end and print its tables",
-         description="Run a benchmark end to end. `redkit reproduce BENCHMARK --help` lists its flags.")
-def run(args) -> None:
-    run_sub_command(BENCHMARKS, args.benchmark, args.options, f"redkit reproduce {args.benchmark}")
+BENCHMARKS = group("reproduce", "benchmark", help="run a benchmark end to end and print its tables",
+                   description="Run a benchmark end to end. `redkit reproduce BENCHMARK --help` lists its flags.",
+                   plugins=("redkit.cli.reproduce_steps", "redkit.cli.reproduce_digits", "redkit.cli.reproduce_peers"))
 
 
 def _text_options(p: argparse.ArgumentParser) -> None:

@@ -3,17 +3,10 @@
 import argparse
 from pathlib import Path
 
-from redkit.cli.command import command, group_options, run_sub_command, sub_command
-from redkit.registry import Registry
+from redkit.cli.command import group, sub_command
 
-STUDIES: Registry[tuple] = Registry("study")  # name -> (add its flags to a parser, run it)
-
-
-@command("study", options=group_options(STUDIES, "study"), group=True,
-         help="test a claim of the paper on a trained run (results under <run>/studies/)",
-         description="`redkit study STUDY --help` lists a study's flags.")
-def run(args) -> None:
-    run_sub_command(STUDIES, args.study, args.options, f"redkit study {args.study}")
+STUDIES = group("study", "study", help="test a claim of the paper on a trained run (results under <run>/studies/)",
+                description="`redkit study STUDY --help` lists a study's flags.")
 
 
 def _noise_options(p: argparse.ArgumentParser) -> None:
