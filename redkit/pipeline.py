@@ -13,6 +13,7 @@ from redkit.evaluate import evaluate_compositions, routing_accuracy
 from redkit.run import Run, RunConfig
 from redkit.train.stages import PIPELINE, STAGES
 
+
 def structure_groups(examples: list[Example]) -> dict[str, list[str]]:
     """Per-example keys for accuracy breakdowns, where a task varies them: the number of operands
     and the operator pattern ("+-" for "12 plus 5 minus 3") of each question."""
