@@ -14,3 +14,15 @@ __version__ = "0.1.0"
 # the kernels in use (provenance "cpu_capability"). Set ATEN_CPU_CAPABILITY yourself to override.
 if platform.machine().lower() in ("x86_64", "amd64"):
     os.environ.setdefault("ATEN_CPU_CAPABILITY", "avx2")
+
+__all__ = ["fit", "load", "FittedRun", "Prediction"]
+
+
+def __getattr__(name: str):
+    """`redkit.fit`, `redkit.load`, ...: the Python API (redkit.api), imported on first use so that
+    `import redkit` stays cheap (no torch)."""
+    if name in __all__:
+        from redkit import api
+
+        return getattr(api, name)
+    raise AttributeError(f"module 'redkit' has no attribute {name!r}")

@@ -38,3 +38,10 @@ def write_json(path: str | Path, obj: Any) -> None:
 
 def write_jsonl(path: str | Path, rows: Iterable[dict]) -> None:
     write_text(path, "".join(json.dumps(row) + "\n" for row in rows))
+
+
+def write_yaml(path: str | Path, obj: Any) -> None:
+    """`obj` (JSON-like: dicts, lists, tuples, scalars) as block-style YAML, keys in their order."""
+    import yaml
+
+    write_text(path, yaml.safe_dump(json.loads(json.dumps(obj)), sort_keys=False, allow_unicode=True))

@@ -179,6 +179,8 @@ _register_routed("red", "residual", "router")
 _register_fixed("red_oracle", "residual", lambda m, h, y: one_hot_alpha(y, m.run.space.num_domains))
 _register_fixed("red_uniform", "residual", lambda m, h, y: uniform_alpha(len(h), m.run.space.num_domains, h.device))
 _register_routed("red_logits", "logit", "router")
+NEEDS_DOMAIN = ("oracle", "red_oracle")  # the compositions given each example's true domain
+
 
 @torch.no_grad()
 def compose(name: str, modules: ModuleSet, h: torch.Tensor, labels: torch.Tensor, alpha_noise: AlphaNoise | None = None) -> Composed:

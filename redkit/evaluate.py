@@ -19,7 +19,7 @@ from sklearn.metrics import confusion_matrix, f1_score, precision_recall_fscore_
 
 from redkit.compositions import Composed, ModuleSet, compose
 from redkit.data.vocabulary import BOUNDARY_ANSWERS, MAX_ANSWER, MIN_ANSWER, RANGES, SHORT_NAMES
-from redkit.space import LabelSpace
+from redkit.space import UNSEEN, LabelSpace
 
 
 def _macro_f1(true: np.ndarray, pred: np.ndarray, all_classes: bool = False) -> float:
@@ -51,6 +51,15 @@ def prediction_metrics(pred_answers: np.ndarray, true_answers: np.ndarray) -> di
         if rows.any():
             out["boundary"][str(answer)] = {"n": int(rows.sum()), "accuracy": float((pred_answers[rows] == answer).mean())}
     return out
+
+
+def label_metrics(pred: np.ndarray, true: np.ndarray) -> dict:
+    """Metrics of predicted vs true labels (N,) of a run whose classes are names (a fit run). A
+    label the run never saw in training (UNSEEN) counts as wrong, is left out of the macro-F1's
+    mean (no prediction can hit it) and is counted apart."""
+    seen = true != UNSEEN
+    return {"n": int(len(true)), "accuracy": float((pred == true).mean()),
+            "macro_f1": _macro_f1(true[seen], pred[seen]) if seen.any() else 0.0, "unseen_labels": int((~seen).sum())}
 
 
 def _scores(pred: np.ndarray, true: np.ndarray, num_classes: int) -> dict:
@@ -96,19 +105,21 @@ def accuracy_by(pred: np.ndarray, true: np.ndarray, keys: list[str]) -> dict[str
 
 def evaluate_compositions(modules: ModuleSet, h: torch.Tensor, classes: torch.Tensor, labels: torch.Tensor,
                           names: list[str], metrics: Callable[[np.ndarray, np.ndarray], dict] = prediction_metrics,
-                          groups: dict[str, list[str]] | None = None) -> dict[str, dict]:
+                          groups: dict[str, list[str]] | None = None, domain_accuracy: bool = False) -> dict[str, dict]:
     """{composition: metrics(predicted, true)} on one set of features, with the mean expert weights
     per true domain where the composition has weights, and accuracy per group for each of
     `groups` ({"num_ops": one key per example, ...}) as result["by_num_ops"]. Predictions are
-    passed to `metrics` as the values their classes stand for (the run's LabelSpace)."""
+    passed to `metrics` as the values their classes stand for (the run's LabelSpace). With
+    `domain_accuracy`, a composition with weights also says how often its top-weighted expert is
+    the example's own domain (a fit run's stand-in for Task 1's range accuracy)."""
     h, labels = h.to(modules.run.device), labels.to(modules.run.device)
-    return {name: score_composed(compose(name, modules, h, labels), classes, labels, modules.run.space, metrics, groups)
-            for name in names}
+    return {name: score_composed(compose(name, modules, h, labels), classes, labels, modules.run.space, metrics, groups,
+                                 domain_accuracy) for name in names}
 
 
 def score_composed(composed: Composed, classes: torch.Tensor, labels: torch.Tensor, space: LabelSpace,
                    metrics: Callable[[np.ndarray, np.ndarray], dict] = prediction_metrics,
-                   groups: dict[str, list[str]] | None = None) -> dict:
+                   groups: dict[str, list[str]] | None = None, domain_accuracy: bool = False) -> dict:
     """metrics(predicted, true) of one composition's output (probs (N, C), weights (N, K) or None)
     against the true classes (N,) and domains (N,), with the breakdowns of `evaluate_compositions`."""
     true = space.value_of(classes.numpy())
@@ -120,6 +131,9 @@ def score_composed(composed: Composed, classes: torch.Tensor, labels: torch.Tens
         weights, domain = composed.weights.cpu(), labels.cpu()
         result["mean_weights_by_domain"] = {space.domains[k]: weights[domain == k].mean(dim=0).tolist()
                                             for k in range(space.num_domains) if (domain == k).any()}
+        if domain_accuracy:
+            known = domain >= 0  # a record of an evaluated file may have no domain of the run
+            result["domain_accuracy"] = float((weights.argmax(dim=-1)[known] == domain[known]).float().mean()) if known.any() else None
     return result
 
 

@@ -7,7 +7,7 @@ from redkit.errors import RedkitError
 
 
 def open_run(path: Path):
-    """A text run (task1, task2), a steps run or a digits run."""
+    """A text run (task1, task2), a steps run, a fit run or a digits run."""
     from redkit.digits.run import DigitsRun
     from redkit.run import Run
     from redkit.steps import StepsRun
@@ -22,6 +22,10 @@ def open_run(path: Path):
         raise RedkitError(f"{saved}: not a redkit run config ({err})") from None
     if task == "steps":
         return StepsRun(path)
+    if task == "fit":
+        from redkit.fitting.run import FitRun
+
+        return FitRun(path)
     if "test_ratio" in config:  # only a digits run has a test ratio (its data has no fixed splits)
         return DigitsRun(path)
     return Run(path)

@@ -6,16 +6,12 @@ from pathlib import Path
 
 import torch
 
-from redkit.compositions import COMPOSITIONS, ModuleSet
-from redkit.data.generate import HELDOUT
+from redkit.compositions import COMPOSITIONS, NEEDS_DOMAIN, ModuleSet
 from redkit.data.expression import OPERATORS
-from redkit.data.records import Example, read_jsonl
+from redkit.data.records import Example
 from redkit.evaluate import evaluate_compositions, routing_accuracy
-from redkit.report import write_report
 from redkit.run import Run, RunConfig
 from redkit.train.stages import PIPELINE, STAGES
-
-EVAL_SPLITS = ("test", HELDOUT, "val")
 
 
 def structure_groups(examples: list[Example]) -> dict[str, list[str]]:
@@ -27,12 +23,22 @@ def structure_groups(examples: list[Example]) -> dict[str, list[str]]:
 
 
 def evaluate_file(run: Run, modules: ModuleSet, path: Path, names: list[str]) -> dict:
-    """Every composition on any JSONL file the loader reads (evaluation only, never training)."""
-    examples = read_jsonl(path)
-    h = run.features(f"file-{path.stem}", examples)
-    classes = run.classes(examples)
+    """Every composition on any file the run reads (evaluation only, never training). The oracle
+    compositions are left out where a record has no domain of the run (a fit run's file may not)."""
+    examples = run.read_file(path)
     labels = torch.tensor([run.domain_label(ex) for ex in examples])
-    return evaluate_compositions(modules, h, classes, labels, names, groups=structure_groups(examples))
+    return evaluate_examples(run, modules, f"file-{path.stem}", examples, names, labels)
+
+
+def evaluate_examples(run: Run, modules: ModuleSet, name: str, examples: list, names: list[str],
+                      labels: torch.Tensor | None = None) -> dict:
+    """{composition: metrics} of `examples` (features cached under `name`), broken down by the run's groups."""
+    h = run.features(name, examples)
+    labels = torch.tensor([run.domain_label(ex) for ex in examples]) if labels is None else labels
+    if (labels < 0).any():
+        names = [n for n in names if n not in NEEDS_DOMAIN]
+    return evaluate_compositions(modules, h, run.classes(examples), labels, names, metrics=run.metrics,
+                                 groups=run.groups(examples), domain_accuracy=bool(run.space.labels))
 
 
 def evaluate_run(run: Run, eval_files: tuple[Path, ...] = ()) -> dict:
@@ -40,14 +46,13 @@ def evaluate_run(run: Run, eval_files: tuple[Path, ...] = ()) -> dict:
     modules = ModuleSet(run)
     names = COMPOSITIONS.names()
     results = {"splits": {}, "router": {}, "gate": {}, "external": {}}
-    for split in EVAL_SPLITS:
-        h, classes, labels = run.split_tensors(split)
-        results["splits"][split] = evaluate_compositions(modules, h, classes, labels, names,
-                                                         groups=structure_groups(run.splits[split]))
+    for split in run.evaluation_splits:
+        results["splits"][split] = evaluate_examples(run, modules, split, run.splits[split], names)
     for split in ("train", "val", "test"):
-        h, _, labels = run.split_tensors(split)
-        results["router"][split] = routing_accuracy(modules.router(), h.to(run.device), labels)
-        results["gate"][split] = routing_accuracy(modules.gate(), h.to(run.device), labels)
+        if split in run.splits:
+            h, _, labels = run.split_tensors(split)
+            results["router"][split] = routing_accuracy(modules.router(), h.to(run.device), labels)
+            results["gate"][split] = routing_accuracy(modules.gate(), h.to(run.device), labels)
     for path in eval_files:
         results["external"][Path(path).name] = evaluate_file(run, modules, Path(path), names)
     run.add_time("evaluate", time.perf_counter() - start)
@@ -55,17 +60,22 @@ def evaluate_run(run: Run, eval_files: tuple[Path, ...] = ()) -> dict:
 
 
 def reproduce(out: Path, config: RunConfig, eval_files: tuple[Path, ...] = (), print_fn=print) -> dict:
+    return run_pipeline(Run(out, config), eval_files, print_fn)
+
+
+def run_pipeline(run: Run, eval_files: tuple[Path, ...] = (), print_fn=print, summary: dict | None = None) -> dict:
+    """Data (unless `summary` says it is written), every stage, evaluation, results.json, report.md."""
     wall = time.perf_counter()
-    run = Run(out, config)
     start = time.perf_counter()
-    summary = run.prepare_data()
+    summary = summary or run.prepare_data()
     if "data" not in run.timings:
         run.add_time("data", time.perf_counter() - start)
     for stage in PIPELINE:
         outcome = STAGES[stage](run)
         print_fn(f"[{stage}] {outcome if len(str(outcome)) < 200 else str(outcome)[:200] + ' ...'}")
     results = evaluate_run(run, eval_files)
-    results = run.record(results | {"task": config.task, "seed": config.seed, "config": asdict(run.config), "data": summary}, wall)
-    report = write_report(run.dir, results)
+    config = run.config
+    results = run.record(results | {"task": config.task, "seed": config.seed, "config": asdict(config), "data": summary}, wall)
+    report = run.write_report(results)
     print_fn(report)
     return results

@@ -40,17 +40,18 @@ def _figure_per_range(directory: Path, split_results: dict) -> str:
     return save_figure(fig, directory / "figures" / "per_range_accuracy.png")
 
 
-def _figure_weights(directory: Path, split_results: dict) -> str:
+def figure_weights(directory: Path, split_results: dict, domains: tuple[str, ...] = SHORT_NAMES, what: str = "range") -> str:
+    """Mean expert weight (columns: experts) by true domain (rows) of red and moe."""
     panels = [n for n in ("red", "moe") if "mean_weights_by_domain" in split_results.get(n, {})]
     fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 3.6), squeeze=False)
     for ax, name in zip(axes[0], panels):
         weights = split_results[name]["mean_weights_by_domain"]
-        matrix = [weights[r] for r in SHORT_NAMES if r in weights]
+        matrix = [weights[r] for r in domains if r in weights]
         image = ax.imshow(matrix, vmin=0, vmax=1, cmap="viridis")
-        ax.set_xticks(range(len(SHORT_NAMES)), [f"E{k + 1}" for k in range(len(SHORT_NAMES))])
-        ax.set_yticks(range(len(matrix)), [r for r in SHORT_NAMES if r in weights])
+        ax.set_xticks(range(len(domains)), [f"E{k + 1}" for k in range(len(domains))])
+        ax.set_yticks(range(len(matrix)), [r for r in domains if r in weights])
         ax.set_xlabel("expert")
-        ax.set_ylabel("true range")
+        ax.set_ylabel(f"true {what}")
         ax.set_title(f"{name}: mean expert weight")
         fig.colorbar(image, ax=ax, fraction=0.046)
     return save_figure(fig, directory / "figures" / "expert_weights.png")
@@ -118,7 +119,7 @@ def render_report(results: dict, figures: dict[str, str] | None = None) -> str:
 def write_report(directory: Path, results: dict) -> str:
     test = results["splits"]["test"]
     figures = {"Exact accuracy by range": _figure_per_range(directory, test),
-               "Mean expert weight by true range": _figure_weights(directory, test)}
+               "Mean expert weight by true range": figure_weights(directory, test)}
     text = render_report(results, figures)
     write_text(directory / "report.md", text)
     return text

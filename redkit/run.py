@@ -1,6 +1,7 @@
 """A run directory and everything a stage needs from it.
 
     <run>/config.json      the resolved RunConfig (a rerun with other settings is refused)
+    <run>/config.yaml      the same, as YAML (for reading; config.json is what the run trusts)
     <run>/data/            train/val/test/test_heldout_templates JSONL + splits.json + base_subset.json
                            (+ base_val_subset.json when stage base validates on a sample)
     <run>/cache/           frozen-prefix states and pooled features (safe to delete)
@@ -19,7 +20,7 @@ from pathlib import Path
 
 import torch
 
-from redkit.atomic import write_json
+from redkit.atomic import write_json, write_yaml
 from redkit.backbone import Backbone, BackboneConfig
 from redkit.data.generate import HELDOUT, SPLITS, DataConfig, generate, write_dataset
 from redkit.data.records import Example, read_jsonl
@@ -55,6 +56,12 @@ class StagedConfig:
     router: str = "dense"  # a ROUTERS name: the router and the gate of stages router / gate (dense: softmax MLP)
     train: TrainConfig = field(default_factory=TrainConfig)
     stage_overrides: dict[str, dict] = field(default_factory=lambda: json.loads(json.dumps(DEFAULT_STAGE_OVERRIDES)))
+
+    def cap_epochs(self, max_epochs: int | None) -> None:
+        """Cap every stage's epochs (quick runs); None leaves each stage's own cap."""
+        if max_epochs is not None:
+            for stage in ("base", "experts", "heads", "router", "gate"):
+                self.stage_overrides.setdefault(stage, {})["max_epochs"] = max_epochs
 
     def train_config(self, stage: str) -> TrainConfig:
         return TrainConfig(**(asdict(self.train) | self.stage_overrides.get(stage, {})))
@@ -126,6 +133,7 @@ class Run:
             raise RedkitError(f"{self.dir}: not a redkit run (no config.json)")
         else:
             write_json(saved, asdict(config))
+            write_yaml(self.dir / "config.yaml", asdict(config))
         self.config = config
         self.device = torch.device(config.device)
         self.timings: dict[str, float] = self._read_timings()
@@ -192,18 +200,22 @@ class Run:
         if path.is_file():
             return json.loads(path.read_text())
         examples = self.splits[split]
-        per_domain = size // self.space.num_domains
+        pools = [[i for i, ex in enumerate(examples) if self.domain_label(ex) == label] for label in range(self.space.num_domains)]
         rng = random.Random(self.config.seed)
         chosen = []
-        for label in range(self.space.num_domains):
-            pool = [i for i, ex in enumerate(examples) if self.domain_label(ex) == label]
-            if len(pool) < per_domain:
+        for label, (pool, count) in enumerate(zip(pools, self.subset_sizes(size, pools))):
+            if len(pool) < count:
                 raise RedkitError(f"{split} has {len(pool)} examples of domain {self.space.domains[label]}, "
-                                  f"fewer than the {per_domain} stage base needs")
-            chosen += rng.sample(pool, per_domain)
+                                  f"fewer than the {count} stage base needs")
+            chosen += rng.sample(pool, count)
         chosen.sort()
         write_json(path, chosen)
         return chosen
+
+    def subset_sizes(self, size: int, pools: list[list[int]]) -> list[int]:
+        """How many of a `size`-example subset each domain gives (its pool: its examples): an equal
+        share each, as the paper's label-balanced 10%."""
+        return [size // len(pools)] * len(pools)
 
     # ---- backbone and features ---------------------------------------------------------------
 
@@ -258,4 +270,29 @@ class Run:
     def classes(self, examples: list[Example]) -> torch.Tensor:
         """(N,) answer classes; an answer this run has no class for is an error naming its record."""
         return torch.tensor([self.space.class_of(ex.answer, f"record {ex.id} ({ex.question!r})") for ex in examples])
+
+    # ---- evaluation: what the pipeline scores and how (a fit run replaces these) ------------------
+
+    evaluation_splits: tuple[str, ...] = ("test", HELDOUT, "val")
+
+    def read_file(self, path: Path) -> list[Example]:
+        """The records of a file to evaluate on."""
+        return read_jsonl(path)
+
+    def groups(self, examples: list[Example]) -> dict[str, list[str]]:
+        """Per-example keys the accuracy is broken down by."""
+        from redkit.pipeline import structure_groups
+
+        return structure_groups(examples)
+
+    def metrics(self, pred, true) -> dict:
+        """Metrics of predicted vs true values (N,) (numpy)."""
+        from redkit.evaluate import prediction_metrics
+
+        return prediction_metrics(pred, true)
+
+    def write_report(self, results: dict) -> str:
+        from redkit.report import write_report
+
+        return write_report(self.dir, results)
 

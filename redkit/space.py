@@ -6,10 +6,13 @@ chain can take (-148..200) with one expert per operation. The stages and composi
 ask a run for its `LabelSpace`.
 
 Classes are consecutive integer values: class c stands for the value `first_value + c` (answers
-2..100: first_value 2; digits 0..9: first_value 0).
+2..100: first_value 2; digits 0..9: first_value 0), or, in a run fitted on someone's labelled
+text (`redkit fit`), names: class c stands for `labels[c]`, and the domains come from the data.
 """
 
 from dataclasses import dataclass, replace
+
+import numpy as np
 
 from redkit.data.vocabulary import MIN_ANSWER, NUM_CLASSES, SHORT_NAMES
 from redkit.errors import RedkitError
@@ -21,6 +24,12 @@ class LabelSpace:
     domains: tuple[str, ...]  # one expert per domain; the names are also module directory names
     first_value: int = 0  # the value of class 0
     equal_parts: bool = False  # the domains are K contiguous runs of classes of equal width (`in_equal_parts`)
+    labels: tuple[str, ...] = ()  # when given, class c stands for labels[c] (and first_value is unused)
+
+    @classmethod
+    def of_labels(cls, labels: tuple[str, ...], domains: tuple[str, ...]) -> "LabelSpace":
+        """The space whose classes are named labels (a fit run's, in the order recorded in the run)."""
+        return cls(num_classes=len(labels), domains=tuple(domains), labels=tuple(labels))
 
     @classmethod
     def of_values(cls, low: int, high: int, domains: tuple[str, ...]) -> "LabelSpace":
@@ -38,6 +47,10 @@ class LabelSpace:
 
     def class_of(self, value: int, where: str = "") -> int:
         """The class of `value`; a value no class stands for is an error naming `where`."""
+        if self.labels:
+            if value not in self.label_index:
+                raise RedkitError(f"{where + ': ' if where else ''}label {value!r} is not one of this run's classes")
+            return self.label_index[value]
         low, high = self.value_range
         if not low <= value <= high:
             raise RedkitError(f"{where + ': ' if where else ''}answer {value} is outside this run's classes {low}..{high}")
@@ -57,8 +70,24 @@ class LabelSpace:
         return cls * self.num_domains // self.num_classes
 
     def value_of(self, cls):
-        """The value of a class: an int, or elementwise for a numpy array or tensor of classes."""
+        """The value of a class: an int, or elementwise for a numpy array or tensor of classes.
+        With labels, the label (a str, or a numpy array of them); class -1, which a fit run gives
+        an evaluated label it never saw in training, stands for UNSEEN."""
+        if self.labels:
+            names = np.asarray(self.labels + (UNSEEN,))  # index -1 is UNSEEN
+            return str(names[cls]) if isinstance(cls, int) else names[np.asarray(cls)]
         return cls + self.first_value
+
+    @property
+    def label_index(self) -> dict[str, int]:
+        index = self.__dict__.get("_label_index")
+        if index is None:  # frozen dataclass: cached by hand
+            index = {label: c for c, label in enumerate(self.labels)}
+            object.__setattr__(self, "_label_index", index)
+        return index
+
+
+UNSEEN = "<unseen label>"  # the value of class -1: an evaluated label the run was never trained on
 
 
 ANSWER_RANGES = LabelSpace(num_classes=NUM_CLASSES, domains=SHORT_NAMES, first_value=MIN_ANSWER)

@@ -16,7 +16,7 @@ import json
 import re
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 from redkit.data.vocabulary import DOMAIN_NAMES, MAX_ANSWER, MIN_ANSWER, VOCABULARY, domain_of, in_vocabulary, parse_domain
 from redkit.errors import RedkitError
@@ -100,13 +100,12 @@ def parse_record(obj: Any, where: str, default_id: int, answers: AnswerRange = V
     )
 
 
-def read_jsonl(path: str | Path, answers: AnswerRange = VOCABULARY) -> list[Example]:
-    """Read every record of a JSONL file; blank lines are skipped, anything malformed (or an
-    answer outside `answers`) is an error."""
+def jsonl_objects(path: str | Path) -> Iterator[tuple[str, Any]]:
+    """('file:line', decoded JSON value) of every non-blank line of a JSONL file; a missing file, a
+    line that is not UTF-8 or not JSON is an error naming it."""
     path = Path(path)
     if not path.is_file():
         raise RedkitError(f"{path}: no such data file")
-    examples = []
     with path.open("rb") as f:
         for line_no, raw in enumerate(f, start=1):
             where = f"{path}:{line_no}"
@@ -117,10 +116,16 @@ def read_jsonl(path: str | Path, answers: AnswerRange = VOCABULARY) -> list[Exam
             if not line.strip():
                 continue
             try:
-                obj = json.loads(line)
+                yield where, json.loads(line)
             except json.JSONDecodeError as err:
                 raise RedkitError(f"{where}: malformed JSON ({err.msg} at column {err.colno})") from None
-            examples.append(parse_record(obj, where, default_id=line_no - 1, answers=answers))
+
+
+def read_jsonl(path: str | Path, answers: AnswerRange = VOCABULARY) -> list[Example]:
+    """Read every record of a JSONL file; blank lines are skipped, anything malformed (or an
+    answer outside `answers`) is an error."""
+    examples = [parse_record(obj, where, default_id=int(where.rsplit(":", 1)[1]) - 1, answers=answers)
+                for where, obj in jsonl_objects(path)]
     if not examples:
         raise RedkitError(f"{path}: the file holds no records")
     return examples

@@ -42,6 +42,22 @@ def module_digest(directory: Path) -> str:
     return hashlib.sha256((directory / "model.safetensors").read_bytes()).hexdigest()
 
 
+def copy_modules(parent, run, parts: list[tuple[str, ...]]) -> dict[str, str]:
+    """Copy the modules `parts` (paths under modules/) of run `parent` into `run` (unless already
+    there: a resumed plug-in) and return the sha256 of each parent module's weights, by path."""
+    for p in parts:
+        if not module_exists(parent.module_dir(*p)):
+            raise RedkitError(f"{parent.module_dir(*p)}: missing; finish the parent run first")
+        if not module_exists(run.module_dir(*p)):
+            shutil.copytree(parent.module_dir(*p), run.module_dir(*p), dirs_exist_ok=True)
+    return {"/".join(p): module_digest(parent.module_dir(*p)) for p in parts}
+
+
+def modules_unchanged(run, digests: dict[str, str]) -> bool:
+    """Whether every module of `digests` (from copy_modules) still has the same weights in `run`."""
+    return all(module_digest(run.module_dir(*p.split("/"))) == d for p, d in digests.items())
+
+
 def plug_in(parent_dir: Path, out: Path, operation: str, decomposer_dir: Path | None = None,
             print_fn=print, router: str | None = None) -> dict:
     """`router`: the router kind of the new run's router and gate (a ROUTERS name; default the
@@ -55,7 +71,7 @@ def plug_in(parent_dir: Path, out: Path, operation: str, decomposer_dir: Path | 
         raise RedkitError(f"unknown operation {operation!r} (expected one of {', '.join(OPERATION_NAMES.values())})")
     if operation in parent.config.operations:
         raise RedkitError(f"{parent_dir} already has an expert for {operation!r}")
-    for parts in frozen_parts(parent):
+    for parts in frozen_parts(parent):  # before anything is written
         if not module_exists(parent.module_dir(*parts)):
             raise RedkitError(f"{parent.module_dir(*parts)}: missing; finish the parent run first (redkit reproduce steps)")
     config = replace(parent.config, operations=(*parent.config.operations, operation), router=router or parent.config.router,
@@ -66,10 +82,7 @@ def plug_in(parent_dir: Path, out: Path, operation: str, decomposer_dir: Path | 
         raise RedkitError(f"with a {operation} expert the answers span {low}..{high}, beyond the parent's classes "
                           f"{parent_low}..{parent_high}: its copied classifier cannot answer them")
     run = StepsRun(out, config)
-    for parts in frozen_parts(parent):
-        if not module_exists(run.module_dir(*parts)):
-            shutil.copytree(parent.module_dir(*parts), run.module_dir(*parts), dirs_exist_ok=True)
-    before_digests = {"/".join(p): module_digest(parent.module_dir(*p)) for p in frozen_parts(parent)}
+    before_digests = copy_modules(parent, run, frozen_parts(parent))
     run.prepare_data()  # the parent's operations' data (same generator and seed) plus the new one's
 
     start = time.perf_counter()
@@ -81,7 +94,7 @@ def plug_in(parent_dir: Path, out: Path, operation: str, decomposer_dir: Path | 
     STAGES["heads"](run, domains=new)
     STAGES["router"](run)
     STAGES["gate"](run)
-    unchanged = all(module_digest(run.module_dir(*p.split("/"))) == d for p, d in before_digests.items())
+    unchanged = modules_unchanged(run, before_digests)
 
     start = time.perf_counter()
     results = {"task": "plug-in", "operation": operation, "parent": str(parent_dir), "seed": config.seed, "router": config.router,

@@ -1,0 +1,154 @@
+"""The Python API, for notebooks and scripts; the CLI's fit, eval and predict are thin layers over it.
+
+    run = redkit.fit("data/mine", out="runs/mine")          # train every stage on your labelled text
+    run = redkit.load("runs/mine")                           # any fit, task1/task2 or steps run
+    run.predict(["my card was charged twice"])               # [Prediction(label, probability, weights)]
+    run.evaluate("data/mine/test.jsonl")                     # {composition: metrics}
+"""
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Sequence
+
+from redkit.errors import RedkitError
+
+
+@dataclass(frozen=True)
+class Prediction:
+    label: str | int  # the predicted class (an int where the run's labels are all integers)
+    probability: float | None  # the composition's probability of that label (None: a steps run's executed chain)
+    weights: dict[str, float]  # expert weight by domain name (a steps run: its last step's)
+    steps: list = field(default_factory=list)  # a steps run's executed steps (StepTrace), in order
+    program: object = None  # a steps run's decomposed Program
+
+
+class FittedRun:
+    """A trained run opened for use: its classes, domains, predictions and evaluation."""
+
+    def __init__(self, run):
+        self.run = run
+
+    def __repr__(self) -> str:
+        return f"FittedRun({str(self.run.dir)!r}, {len(self.labels)} labels, domains {list(self.domains)})"
+
+    @property
+    def path(self) -> Path:
+        return self.run.dir
+
+    @property
+    def labels(self) -> tuple:
+        space = self.run.space
+        return space.labels or tuple(space.value_of(c) for c in range(space.num_classes))
+
+    @property
+    def domains(self) -> tuple[str, ...]:
+        return self.run.space.domains
+
+    def _label(self, cls: int):
+        value = self.run.space.value_of(cls)
+        return int(value) if getattr(self.run.config, "numeric_labels", True) else value
+
+    def predict(self, texts: Sequence[str] | str, composition: str = "red") -> list[Prediction]:
+        """Per text the predicted label, its probability and the expert weights (by domain)."""
+        import torch
+
+        from redkit.compositions import COMPOSITIONS, ModuleSet, compose
+        from redkit.features import encode
+        from redkit.steps import StepsRun
+
+        COMPOSITIONS[composition]  # an unknown name fails before any work
+        texts = [texts] if isinstance(texts, str) else list(texts)
+        if isinstance(self.run, StepsRun):
+            return [self._predict_steps(text, composition) for text in texts]
+        modules = ModuleSet(self.run)
+        h = encode(self.run.backbone, texts).to(self.run.device)  # (N, d)
+        with torch.no_grad():
+            alpha_router = torch.softmax(modules.router()(h), dim=-1)  # (N, K)
+        # The router's top domain stands in for the true one that the oracle compositions take.
+        composed = compose(composition, modules, h, alpha_router.argmax(dim=-1))
+        weights = composed.weights if composed.weights is not None else alpha_router
+        probs = composed.probs.cpu()
+        return [Prediction(self._label(int(p.argmax())), float(p.max()), dict(zip(self.domains, map(float, w))))
+                for p, w in zip(probs, weights.cpu())]
+
+    def _predict_steps(self, text: str, composition: str) -> Prediction:
+        from redkit.steps.questions import explain
+
+        program, trace = explain(self.run, text, composition)
+        last = trace[int(program.answer_var[1:]) - 1]
+        weights = dict(zip(self.domains, map(float, last.weights))) if last.weights is not None else {}
+        return Prediction(last.value, None, weights, list(trace), program)
+
+    def evaluate(self, path: str | Path, compositions: Sequence[str] | None = None) -> dict:
+        """Metrics of every composition (or those named) on a file: {composition: metrics}. A fit
+        run's file needs text and label (its domain only for the oracle compositions); a label
+        never seen in training counts as wrong, and each composition's `unseen_labels` counts them.
+        A steps run decomposes and executes the file's questions (evaluate_questions' result)."""
+        from redkit.compositions import COMPOSITIONS, ModuleSet
+        from redkit.steps import StepsRun
+
+        path = Path(path)
+        if isinstance(self.run, StepsRun):
+            from redkit.data.records import read_jsonl
+            from redkit.steps.benchmark import MODES
+            from redkit.steps.questions import evaluate_questions
+
+            names = list(compositions or MODES.values())
+            for name in names:
+                COMPOSITIONS[name]
+            # Any integer answer: a question answered by decomposition is not bound to 2..100.
+            return evaluate_questions(self.run, read_jsonl(path, answers=None), names)
+        from redkit.pipeline import evaluate_file
+
+        names = list(compositions or COMPOSITIONS.names())
+        for name in names:
+            COMPOSITIONS[name]  # unknown names fail before any work
+        return evaluate_file(self.run, ModuleSet(self.run), path, names)
+
+
+def load(path: str | Path) -> FittedRun:
+    """Open a trained fit, task1/task2 or steps run (a digits run takes images, not text)."""
+    from redkit.digits.run import DigitsRun
+    from redkit.open_run import open_run
+
+    run = open_run(Path(path))
+    if isinstance(run, DigitsRun):
+        raise RedkitError(f"{path} is a digits run: its images are evaluated by `redkit reproduce digits`, not from text")
+    return FittedRun(run)
+
+
+def fit(data_dir: str | Path, out: str | Path, *, text_field: str = "text", label_field: str = "label",
+        domain_field: str = "domain", backbone: str | Path | None = None, pooling: str = "mean",
+        trainable_layers: int = 2, rank: int = 0, device: str = "cpu", precision: str = "fp32", seed: int = 0,
+        base_fraction: float = 0.1, val_fraction: float = 0.1, router: str = "dense", max_epochs: int | None = None,
+        eval_files: Sequence[str | Path] = (), print_fn=print) -> FittedRun:
+    """Train every stage of RED and its baselines on DATA_DIR's train (val, test) files into OUT.
+    Everything is read and checked before anything is written: a bad line, field or option is one
+    RedkitError and leaves OUT as it was. Rerunning resumes; finished stages are never redone."""
+    from redkit.backbone import BackboneConfig
+    from redkit.backbone.locate import check_model_dir
+    from redkit.fitting.config import FitConfig
+    from redkit.fitting.data import load_fit_data
+    from redkit.fitting.records import Fields
+    from redkit.fitting.run import FitRun
+    from redkit.modules.layers import ROUTERS
+    from redkit.pipeline import run_pipeline
+
+    ROUTERS[router]  # an unknown router fails (did you mean) before anything is written
+    if not 0 < base_fraction <= 1 or not 0 < val_fraction < 1:
+        raise RedkitError(f"base fraction {base_fraction} must lie in (0, 1] and val fraction {val_fraction} in (0, 1)")
+    if backbone:
+        check_model_dir(Path(backbone))
+    data_dir, out = Path(data_dir).resolve(), Path(out)
+    data = load_fit_data(data_dir, Fields(text_field, label_field, domain_field), seed, val_fraction)
+    config = FitConfig(seed=seed, expert_rank=rank, device=device, router=router, data_dir=str(data_dir),
+                       text_field=text_field, label_field=label_field, domain_field=domain_field, val_fraction=val_fraction,
+                       labels=data.labels, numeric_labels=data.numeric_labels, domains=data.domains,
+                       backbone=BackboneConfig(path=str(Path(backbone).resolve()) if backbone else None, pooling=pooling,
+                                               trainable_layers=trainable_layers, precision=precision),
+                       base_fraction=base_fraction)
+    config.cap_epochs(max_epochs)
+    run = FitRun(out, config)
+    # What was done unasked (val carved, no test) is recorded in splits.json and said once, in the report.
+    run_pipeline(run, tuple(Path(p) for p in eval_files), print_fn, summary=run.prepare_data(data))
+    return FittedRun(run)

@@ -1,0 +1,30 @@
+"""`redkit fit --data DIR --out RUN`: every stage of RED and its baselines on your labelled text."""
+
+import argparse
+from pathlib import Path
+
+from redkit.cli.command import command
+from redkit.cli.options import eval_option, model_options, router_option
+
+
+def _options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--data", required=True, type=Path, help="directory of train.jsonl|csv (+ optional val, test)")
+    p.add_argument("--out", required=True, type=Path, help="the run directory")
+    p.add_argument("--text-field", default="text")
+    p.add_argument("--label-field", default="label")
+    p.add_argument("--domain-field", default="domain")
+    p.add_argument("--base-fraction", type=float, default=0.1, help="of train, stratified by domain, for stage base (default 0.10)")
+    p.add_argument("--val-fraction", type=float, default=0.1, help="of each domain's train held out when there is no val file")
+    eval_option(p)
+    model_options(p)
+    router_option(p)
+
+
+@command("fit", options=_options, help="train RED and its baselines on your own labelled text with domains")
+def run(args) -> None:
+    from redkit.api import fit
+
+    fit(args.data, args.out, text_field=args.text_field, label_field=args.label_field, domain_field=args.domain_field,
+        backbone=args.backbone, pooling=args.pooling, trainable_layers=args.trainable_layers, rank=args.rank,
+        device=args.device, precision=args.precision, seed=args.seed, base_fraction=args.base_fraction,
+        val_fraction=args.val_fraction, router=args.router, max_epochs=args.max_epochs, eval_files=args.eval_files)

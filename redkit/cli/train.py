@@ -1,0 +1,51 @@
+"""`redkit train STAGE --run RUN [--domain NAME] [--kind residual]`: one stage of a run, e.g. one expert."""
+
+import argparse
+from pathlib import Path
+
+from redkit.cli.command import command
+from redkit.errors import RedkitError
+
+
+def _options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("stage", help="base | experts | heads | router | gate")
+    p.add_argument("--run", required=True, type=Path)
+    p.add_argument("--domain", action="append", default=None, help="a domain (R1..R5 in Task 1, a fit run's own names) for experts/heads; repeatable")
+    p.add_argument("--kind", action="append", default=None, help="expert kind for stage experts: residual, logit")
+
+
+def _domains(run, names: list[str] | None) -> list[int] | None:
+    """Domain indices by name: a Task 1/2 run also takes range_41_60, R3 or 2; any other run its own names."""
+    from redkit.data.vocabulary import parse_domain
+    from redkit.registry import Registry
+    from redkit.space import ANSWER_RANGES
+
+    if names is None:
+        return None
+    if run.space == ANSWER_RANGES:
+        return [parse_domain(name) for name in names]
+    known = Registry("domain")
+    for index, domain in enumerate(run.space.domains):
+        known.register(domain)(index)
+    return [known[name] for name in names]  # an unknown name: did you mean
+
+
+@command("train", options=_options,
+         help="run one stage of an existing run (e.g. one expert, in its own process)")
+def run(args) -> None:
+    from redkit.open_run import open_run
+    from redkit.train.stages import EXPERT_KINDS, STAGES
+
+    run = open_run(args.run)
+    run.prepare_data()
+    stage = STAGES[args.stage]
+    if args.stage == "experts":
+        kinds = tuple(args.kind or EXPERT_KINDS)
+        for kind in kinds:
+            if kind not in EXPERT_KINDS:
+                raise RedkitError(f"unknown expert kind {kind!r} (expected one of {', '.join(EXPERT_KINDS)})")
+        print(stage(run, domains=_domains(run, args.domain), kinds=kinds))
+    elif args.stage == "heads":
+        print(stage(run, domains=_domains(run, args.domain)))
+    else:
+        print(stage(run))

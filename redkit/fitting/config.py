@@ -1,0 +1,24 @@
+"""A fit run's settings: where its data came from, how to read it, and the classes and domains
+found in it (recorded, in the run's order, so that the run reads the same way whenever opened)."""
+
+from dataclasses import dataclass, field
+
+from redkit.backbone import BackboneConfig
+from redkit.run import StagedConfig
+
+
+@dataclass
+class FitConfig(StagedConfig):
+    task: str = "fit"
+    data_dir: str = ""  # train.jsonl|csv, optional val and test, as given (resolved path)
+    text_field: str = "text"
+    label_field: str = "label"
+    domain_field: str = "domain"
+    val_fraction: float = 0.1  # of each domain's training examples, carved for validation when there is no val file
+    labels: tuple[str, ...] = ()  # class c stands for labels[c]; found in the training file
+    numeric_labels: bool = False  # every label is an integer: sorted numerically, predicted as ints
+    domains: tuple[str, ...] = ()  # one expert each; found in the training file (add-domain appends)
+    added_data: tuple[str, ...] = ()  # data directories of the domains add-domain plugged in later, in order
+    backbone: BackboneConfig = field(default_factory=BackboneConfig)
+    base_fraction: float = 0.1  # of train, stratified by domain, for stage base (the paper's 10%)
+    base_val_examples: int | None = None  # stage base's per-epoch validation: all of val, or this many

@@ -1,0 +1,100 @@
+"""A run on someone's labelled text (`redkit fit`): the text pipeline unchanged (stage base,
+experts each trained alone on its own domain, heads, router, gate, every composition), with the
+classes and domains found in the data instead of Task 1's answers and ranges.
+
+    <run>/data/{train,val[,test]}.jsonl   the data as read (text, label, domain), val carved if absent
+    <run>/data/splits.json                 counts per split and domain, and what was done unasked
+"""
+
+import json
+from functools import cached_property
+from pathlib import Path
+
+import torch
+
+from redkit.atomic import write_json, write_jsonl
+from redkit.errors import RedkitError
+from redkit.fitting.config import FitConfig
+from redkit.fitting.data import FitData, load_fit_data
+from redkit.fitting.records import Fields, LabelReader, Record, read_records
+from redkit.run import Run
+from redkit.space import LabelSpace
+
+
+class FitRun(Run):
+    config_class = FitConfig
+
+    @property
+    def fields(self) -> Fields:
+        return Fields(self.config.text_field, self.config.label_field, self.config.domain_field)
+
+    @cached_property
+    def space(self) -> LabelSpace:
+        return LabelSpace.of_labels(tuple(self.config.labels), tuple(self.config.domains))
+
+    def load_data(self) -> FitData:
+        """The run's data directory read and checked again (nothing written)."""
+        return load_fit_data(Path(self.config.data_dir), self.fields, self.config.seed, self.config.val_fraction)
+
+    def prepare_data(self, data: FitData | None = None) -> dict:
+        """Write the splits once (from `data`, already read, or from the data directory); reruns reuse them."""
+        path = self.dir / "data" / "splits.json"
+        if path.is_file():
+            return json.loads(path.read_text())
+        data = data or self.load_data()
+        if (data.labels, data.domains) != (self.space.labels, self.space.domains):
+            raise RedkitError(f"{self.config.data_dir}: its labels or domains changed since {self.dir} was made; use another --out")
+        return self.write_data(data)
+
+    def write_data(self, data: FitData) -> dict:
+        for name, records in data.splits.items():
+            write_jsonl(self.dir / "data" / f"{name}.jsonl", (r.to_json() for r in records))
+        summary = {"splits": {name: {"count": len(records), "per_domain": {d: sum(r.domain == d for r in records)
+                                                                          for d in self.space.domains}}
+                              for name, records in data.splits.items()},
+                   "labels": list(self.space.labels), "domains": list(self.space.domains), "notes": data.notes}
+        write_json(self.dir / "data" / "splits.json", summary)
+        return summary
+
+    @cached_property
+    def splits(self) -> dict[str, list[Record]]:
+        names = json.loads((self.dir / "data" / "splits.json").read_text())["splits"]
+        return {name: read_records(self.dir / "data" / f"{name}.jsonl", Fields(), LabelReader()) for name in names}
+
+    def subset_sizes(self, size: int, pools: list[list[int]]) -> list[int]:
+        """Stratified by domain: each domain in proportion to its examples (at least one), since
+        someone's domains rarely have equal sizes."""
+        total = sum(len(pool) for pool in pools)
+        return [min(len(pool), max(1, round(size * len(pool) / total))) for pool in pools]
+
+    def domain_label(self, example: Record) -> int:
+        """The domain's index; -1 for none of the run's (an evaluated file's record may have none)."""
+        return self.space.domains.index(example.domain) if example.domain in self.space.domains else -1
+
+    def classes(self, examples: list[Record]) -> torch.Tensor:
+        """(N,) classes; -1 for a label never seen in training (scored as wrong)."""
+        return torch.tensor([self.space.label_index.get(ex.answer, -1) for ex in examples])
+
+    # ---- evaluation ------------------------------------------------------------------------------
+
+    @property
+    def evaluation_splits(self) -> tuple[str, ...]:
+        return tuple(name for name in ("test", "val") if name in self.splits)
+
+    def read_file(self, path: Path) -> list[Record]:
+        """A file to evaluate on, with the run's field names; its records need a text and a label,
+        a domain only for the oracle compositions."""
+        return read_records(Path(path), self.fields, LabelReader(), need=("label",))
+
+    def groups(self, examples: list[Record]) -> dict[str, list[str]]:
+        return {"domain": [ex.domain if ex.domain in self.space.domains else "(other)" for ex in examples]}
+
+    def metrics(self, pred, true) -> dict:
+        from redkit.evaluate import label_metrics
+
+        return label_metrics(pred, true)
+
+    def write_report(self, results: dict) -> str:
+        from redkit.fitting.report import write_fit_report
+
+        return write_fit_report(self.dir, results, self.space.domains)
