@@ -42,6 +42,12 @@ def _add_run_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--device", default="cpu", help="cpu, cuda, cuda:1, ...")
     p.add_argument("--precision", choices=("fp32", "bf16"), default="fp32")
     p.add_argument("--max-epochs", type=int, default=None, help="cap every stage's epochs (quick runs)")
+    _nproc_option(p)
+
+
+def _nproc_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--nproc", type=int, default=1, help="processes for stage base (data parallel: gloo on CPU, "
+                                                       "NCCL on GPU); the other stages run in one")
 
 
 def _router_option(p: argparse.ArgumentParser) -> None:
@@ -70,6 +76,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--run", required=True, type=Path)
     p.add_argument("--domain", action="append", default=None, help="range (R1..R5) for experts/heads; repeatable")
     p.add_argument("--kind", action="append", default=None, help="expert kind for stage experts: residual, logit")
+    p.add_argument("--precision", choices=("fp32", "bf16"), default="fp32",
+                   help="stage experts: train in fp32 or under bf16 autocast (recorded in each module's metrics)")
+    _nproc_option(p)
 
     p = sub.add_parser("add-expert", help="plug a new operation expert into a trained steps run (nothing else retrained)")
     p.add_argument("--run", required=True, type=Path, help="the trained steps run (only read)")
@@ -172,7 +181,7 @@ def _text_benchmark(task: str) -> tuple:
             config.experts = args.experts
         if config.backbone.path:  # refuse a bad path before anything is written
             check_model_dir(Path(config.backbone.path))
-        reproduce(out, config, tuple(args.eval_files))
+        reproduce(out, config, tuple(args.eval_files), nproc=args.nproc)
 
     return _text_options, run
 
@@ -265,7 +274,7 @@ def cmd_reproduce_steps(args) -> None:
     config.data.split = args.op_split
     config.decomposer = _decomposer_config(args, n=args.programs)
     config.decomposer_dir = str(args.decomposer.resolve()) if args.decomposer else None
-    reproduce_steps(args.out, config, tuple(args.eval_files))
+    reproduce_steps(args.out, config, tuple(args.eval_files), nproc=args.nproc)
 
 
 def _decomposer_options(p: argparse.ArgumentParser) -> None:
@@ -487,16 +496,26 @@ def cmd_train(args) -> None:
     from redkit.train.stages import EXPERT_KINDS, STAGES
 
     run = Run(args.run)
-    run.prepare_data()
     stage = STAGES[args.stage]
+    if args.stage == "base":
+        from redkit.train.distributed import check_run_nproc
+
+        check_run_nproc(run.dir, run.config, args.nproc)  # before anything is written
+    elif args.nproc != 1:
+        raise RedkitError(f"--nproc {args.nproc}: only stage base runs in several processes, not stage {args.stage}")
+    run.prepare_data()
     if args.stage == "experts":
         kinds = tuple(args.kind or EXPERT_KINDS)
         for kind in kinds:
             if kind not in EXPERT_KINDS:
                 raise RedkitError(f"unknown expert kind {kind!r} (expected one of {', '.join(EXPERT_KINDS)})")
-        print(stage(run, domains=_domains(args.domain), kinds=kinds))
+        print(stage(run, domains=_domains(args.domain), kinds=kinds, precision=args.precision))
     elif args.stage == "heads":
         print(stage(run, domains=_domains(args.domain)))
+    elif args.stage == "base" and args.nproc != 1:
+        from redkit.train.distributed import launch_base
+
+        print(launch_base(run, args.nproc))
     else:
         print(stage(run))
 

@@ -13,6 +13,7 @@ from redkit.data.records import Example, read_jsonl
 from redkit.evaluate import evaluate_compositions, routing_accuracy
 from redkit.report import write_report
 from redkit.run import Run, RunConfig
+from redkit.train.distributed import check_run_nproc, launch_base
 from redkit.train.stages import PIPELINE, STAGES
 
 EVAL_SPLITS = ("test", HELDOUT, "val")
@@ -54,16 +55,23 @@ def evaluate_run(run: Run, eval_files: tuple[Path, ...] = ()) -> dict:
     return results
 
 
-def reproduce(out: Path, config: RunConfig, eval_files: tuple[Path, ...] = (), print_fn=print) -> dict:
+def train_stages(run: Run, nproc: int = 1, print_fn=print, stages: tuple[str, ...] = PIPELINE) -> None:
+    """Every stage of `run` in pipeline order; stage base in `nproc` processes when nproc > 1 (the
+    others train small modules on cached features, where processes would only add overhead)."""
+    for stage in stages:
+        outcome = launch_base(run, nproc) if stage == "base" and nproc > 1 else STAGES[stage](run)
+        print_fn(f"[{stage}] {outcome if len(str(outcome)) < 200 else str(outcome)[:200] + ' ...'}")
+
+
+def reproduce(out: Path, config: RunConfig, eval_files: tuple[Path, ...] = (), print_fn=print, nproc: int = 1) -> dict:
     wall = time.perf_counter()
+    check_run_nproc(out, config, nproc)  # before anything is written
     run = Run(out, config)
     start = time.perf_counter()
     summary = run.prepare_data()
     if "data" not in run.timings:
         run.add_time("data", time.perf_counter() - start)
-    for stage in PIPELINE:
-        outcome = STAGES[stage](run)
-        print_fn(f"[{stage}] {outcome if len(str(outcome)) < 200 else str(outcome)[:200] + ' ...'}")
+    train_stages(run, nproc, print_fn)
     results = evaluate_run(run, eval_files)
     results = run.record(results | {"task": config.task, "seed": config.seed, "config": asdict(run.config), "data": summary}, wall)
     report = write_report(run.dir, results)
