@@ -8,9 +8,10 @@
 What the N processes compute, against the one-process run (`Ranks.shard` / `reduce_gradients`):
   * the same epochs, the same shuffled order (seeded per epoch, identical on every rank) and the same
     global micro-batches of `batch_size` examples; each global batch is cut into N contiguous
-    slices, one per rank, and every rank scales its slice's mean loss by (its rows / global rows) x N,
+    slices, one per rank, and every rank scales its slice's mean loss by (its rows / global rows),
     so that the gradients, summed over ranks by one all-reduce per optimizer step, are the gradient
-    of the global batch's mean loss: what one process computes, up to rounding;
+    of the global batch's mean loss: what one process computes, up to rounding (and so are AdamW's
+    moments, which is what lets a one-process rerun resume an N-process checkpoint);
   * identical parameters and optimizer states on every rank (same initialisation, same reduced
     gradients, the same checkpoint read on resume);
   * the validation loss summed over ranks' slices of the validation texts, and rank 0's value
@@ -29,6 +30,7 @@ N-process stage base resumes with 1 or M processes.
 
 import json
 import os
+import signal
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -54,12 +56,12 @@ class Ranks:
     def shard(self, batch: torch.Tensor) -> tuple[torch.Tensor, float]:
         """(B,) global batch -> (this rank's contiguous slice (b,), the weight of its mean loss).
 
-        The weight (b / B) x N makes the all-reduced sum of the ranks' gradients the gradient of
-        the global mean, also when B does not divide by N (the last batch of an epoch)."""
+        The weight b / B makes the all-reduced sum of the ranks' gradients the gradient of the
+        global mean, also when B does not divide by N (the last batch of an epoch)."""
         if self.world == 1:
             return batch, 1.0
         local = torch.tensor_split(batch, self.world)[self.rank]
-        return local, len(local) / len(batch) * self.world
+        return local, len(local) / len(batch)
 
     def reduce_gradients(self, params: list[torch.nn.Parameter]) -> None:
         """Sum every parameter's gradient over the ranks, in one flat all-reduce. A parameter no rank
@@ -132,6 +134,18 @@ def check_run_nproc(directory: Path, config, nproc: int) -> None:
     check_nproc(nproc, predicted_base_examples(directory, config), config.train_config("base").batch_size)
 
 
+def die_with_parent() -> None:
+    """Linux: SIGKILL this process when its parent dies. A SIGKILLed launcher cannot stop its
+    children, and ranks left running would finish stage base beside the rerun that resumes it."""
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        PR_SET_PDEATHSIG = 1
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+        if os.getppid() == 1:  # the parent died before the call
+            os.kill(os.getpid(), signal.SIGKILL)
+
+
 def launch_base(run, nproc: int) -> dict:
     """Stage base of `run` in `nproc` processes under torch's elastic launcher; this process builds
     the data and the frozen-prefix cache first, so the ranks only read them. Returns the stage's
@@ -147,7 +161,7 @@ def launch_base(run, nproc: int) -> dict:
     env = dict(os.environ, OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // nproc))))
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}",
                "-m", "redkit.train.distributed", str(run.dir)]
-    done = subprocess.run(command, env=env)
+    done = subprocess.run(command, env=env, preexec_fn=die_with_parent)
     if done.returncode != 0:
         raise RedkitError(f"stage base in {nproc} processes failed (exit code {done.returncode}); its ranks' "
                           f"messages are above; rerun to resume from {run.module_dir('classifier')}'s checkpoint")
@@ -166,6 +180,7 @@ def main(argv: list[str] | None = None) -> int:
     from redkit.train.stages import stage_base
 
     argv = sys.argv[1:] if argv is None else argv
+    die_with_parent()  # the launcher (torchrun's agent)
     if len(argv) != 1:
         print("usage: torchrun --nproc_per_node N -m redkit.train.distributed RUN", file=sys.stderr)
         return 2

@@ -133,7 +133,7 @@ def fit(model: nn.Module, batch_loss: Callable[[torch.Tensor], torch.Tensor], nu
             if len(local):
                 loss = batch_loss(local)
                 ((loss if weight == 1.0 else loss * weight) / accumulate).backward()
-                total += loss.item() if ranks.world == 1 else loss.item() * weight / ranks.world
+                total += loss.item() * weight  # summed over the ranks: the global batch's mean
             batches += 1
             if (i + 1) % accumulate == 0 or first + config.batch_size >= num_train:
                 ranks.reduce_gradients(params)
