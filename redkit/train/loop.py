@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Callable
 
 import torch
+from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 from torch import nn
 from tqdm.auto import tqdm
@@ -46,14 +47,18 @@ class FitResult:
 
 
 class Checkpoint:
-    """`checkpoint.safetensors` (model, best and optimizer tensors) + `checkpoint.json` (the rest)."""
+    """`checkpoint.safetensors`: model, best and optimizer tensors, with the rest (epoch, best loss,
+    history, optimizer settings) as JSON in its metadata, so that one atomic rename replaces the
+    whole checkpoint: a kill between two files could otherwise pair one epoch's weights with the
+    previous epoch's progress, and the resumed run would redo an epoch on already-updated weights.
+    `checkpoint.json` repeats the progress for people and tools to read; loading ignores it."""
 
     def __init__(self, directory: Path):
         self.tensors = directory / "checkpoint.safetensors"
         self.state = directory / "checkpoint.json"
 
     def exists(self) -> bool:
-        return self.tensors.is_file() and self.state.is_file()
+        return self.tensors.is_file()
 
     def save(self, model: nn.Module, best: dict, optimizer: torch.optim.Optimizer, progress: dict) -> None:
         opt = optimizer.state_dict()
@@ -61,14 +66,16 @@ class Checkpoint:
         tensors |= {f"best.{k}": v for k, v in best.items()}
         for index, slots in opt["state"].items():
             tensors |= {f"optim.{index}.{name}": t for name, t in slots.items()}
+        state = progress | {"param_groups": opt["param_groups"]}
         with atomic_path(self.tensors) as tmp:
-            save_file({k: v.detach().contiguous().cpu() for k, v in tensors.items()}, str(tmp))
-        # Written second: a checkpoint counts only once its json names the epoch it holds.
-        write_json(self.state, progress | {"param_groups": opt["param_groups"]})
+            save_file({k: v.detach().contiguous().cpu() for k, v in tensors.items()}, str(tmp),
+                      metadata={"progress": json.dumps(state)})
+        write_json(self.state, state)
 
     def load(self, model: nn.Module, optimizer: torch.optim.Optimizer) -> tuple[dict, dict]:
         tensors = load_file(str(self.tensors))
-        progress = json.loads(self.state.read_text())
+        with safe_open(str(self.tensors), "pt") as f:
+            progress = json.loads(f.metadata()["progress"])
         model.load_state_dict({k[6:]: v for k, v in tensors.items() if k.startswith("model.")})
         best = {k[5:]: v for k, v in tensors.items() if k.startswith("best.")}
         state: dict[int, dict] = {}
