@@ -161,12 +161,12 @@ def launch_base(run, nproc: int) -> dict:
     env = dict(os.environ, OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // nproc))))
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}",
                "-m", "redkit.train.distributed", str(run.dir)]
+    for cached in ("backbone", "fingerprint"):  # loaded before it was tuned; and its memory is the ranks'
+        run.__dict__.pop(cached, None)
     done = subprocess.run(command, env=env, preexec_fn=die_with_parent)
     if done.returncode != 0:
         raise RedkitError(f"stage base in {nproc} processes failed (exit code {done.returncode}); its ranks' "
                           f"messages are above; rerun to resume from {run.module_dir('classifier')}'s checkpoint")
-    for cached in ("backbone", "fingerprint"):  # this process loaded the backbone before it was tuned
-        run.__dict__.pop(cached, None)
     run.timings = run._read_timings()
     meta = run.module_dir("classifier") / "config.json"
     metrics = json.loads(meta.read_text())["metrics"]

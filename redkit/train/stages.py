@@ -63,6 +63,7 @@ def _train_on_features(run: Run, stage: str, directory, module: nn.Module, loss_
     val = tuple(t.to(run.device) for t in val)
     monitor = getattr(run, "monitor", None)  # a run may watch a stage train: monitor(stage, step, module)
     on_step = (lambda step, model: monitor(stage, step, model)) if monitor else None
+
     def in_precision(*tensors: torch.Tensor) -> torch.Tensor:
         if precision == "fp32":
             return loss_fn(module, *tensors)
