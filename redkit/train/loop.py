@@ -75,7 +75,9 @@ class Checkpoint:
     def load(self, model: nn.Module, optimizer: torch.optim.Optimizer) -> tuple[dict, dict]:
         tensors = load_file(str(self.tensors))
         with safe_open(str(self.tensors), "pt") as f:
-            progress = json.loads(f.metadata()["progress"])
+            inside = (f.metadata() or {}).get("progress")
+        # A checkpoint written before the progress moved inside has it in checkpoint.json only.
+        progress = json.loads(inside if inside is not None else self.state.read_text())
         model.load_state_dict({k[6:]: v for k, v in tensors.items() if k.startswith("model.")})
         best = {k[5:]: v for k, v in tensors.items() if k.startswith("best.")}
         state: dict[int, dict] = {}
