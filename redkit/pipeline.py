@@ -11,6 +11,7 @@ from redkit.data.expression import OPERATORS
 from redkit.data.records import Example
 from redkit.evaluate import evaluate_compositions, routing_accuracy
 from redkit.run import Run, RunConfig
+from redkit.train.distributed import check_run_nproc, launch_base
 from redkit.train.stages import PIPELINE, STAGES
 
 
@@ -59,20 +60,29 @@ def evaluate_run(run: Run, eval_files: tuple[Path, ...] = ()) -> dict:
     return results
 
 
-def reproduce(out: Path, config: RunConfig, eval_files: tuple[Path, ...] = (), print_fn=print) -> dict:
-    return run_pipeline(Run(out, config), eval_files, print_fn)
+def train_stages(run: Run, nproc: int = 1, print_fn=print, stages: tuple[str, ...] = PIPELINE) -> None:
+    """Every stage of `run` in pipeline order; stage base in `nproc` processes when nproc > 1 (the
+    others train small modules on cached features, where processes would only add overhead)."""
+    for stage in stages:
+        outcome = launch_base(run, nproc) if stage == "base" and nproc > 1 else STAGES[stage](run)
+        print_fn(f"[{stage}] {outcome if len(str(outcome)) < 200 else str(outcome)[:200] + ' ...'}")
 
 
-def run_pipeline(run: Run, eval_files: tuple[Path, ...] = (), print_fn=print, summary: dict | None = None) -> dict:
-    """Data (unless `summary` says it is written), every stage, evaluation, results.json, report.md."""
+def reproduce(out: Path, config: RunConfig, eval_files: tuple[Path, ...] = (), print_fn=print, nproc: int = 1) -> dict:
+    check_run_nproc(out, config, nproc)  # before anything is written
+    return run_pipeline(Run(out, config), eval_files, print_fn, nproc=nproc)
+
+
+def run_pipeline(run: Run, eval_files: tuple[Path, ...] = (), print_fn=print, summary: dict | None = None,
+                 nproc: int = 1) -> dict:
+    """Data (unless `summary` says it is written), every stage (base in `nproc` processes),
+    evaluation, results.json, report.md."""
     wall = time.perf_counter()
     start = time.perf_counter()
     summary = summary or run.prepare_data()
     if "data" not in run.timings:
         run.add_time("data", time.perf_counter() - start)
-    for stage in PIPELINE:
-        outcome = STAGES[stage](run)
-        print_fn(f"[{stage}] {outcome if len(str(outcome)) < 200 else str(outcome)[:200] + ' ...'}")
+    train_stages(run, nproc, print_fn)
     results = evaluate_run(run, eval_files)
     config = run.config
     results = run.record(results | {"task": config.task, "seed": config.seed, "config": asdict(config), "data": summary}, wall)

@@ -42,6 +42,22 @@ def test_interrupted_training_resumes_to_the_same_weights(tmp_path):
     assert [r["val_loss"] for r in result.history] == [r["val_loss"] for r in resumed_result.history]
 
 
+def test_a_kill_between_the_checkpoint_files_resumes_the_epoch_the_weights_hold(tmp_path):
+    """checkpoint.json one epoch behind checkpoint.safetensors (a kill between the two writes): the
+    resumed run follows the tensors file's own progress and still ends as an uninterrupted run."""
+    straight, _ = _train(tmp_path / "a", max_epochs=6)
+    with pytest.raises(KeyboardInterrupt):
+        _train(tmp_path / "b", max_epochs=6, interrupt_at=2)
+    stale = (tmp_path / "b" / "checkpoint.json").read_text()
+    with pytest.raises(KeyboardInterrupt):
+        _train(tmp_path / "b", max_epochs=6, interrupt_at=3)
+    (tmp_path / "b" / "checkpoint.json").write_text(stale)
+    resumed, result = _train(tmp_path / "b", max_epochs=6)
+    assert result.resumed_from == 3
+    for p, q in zip(straight.parameters(), resumed.parameters()):
+        assert torch.equal(p, q)
+
+
 def test_early_stopping_keeps_the_best_epoch(tmp_path):
     x, y = _problem()
     model = Router(Router.Config(dim=8, num_experts=3, hidden=16))

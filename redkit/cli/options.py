@@ -31,6 +31,11 @@ def model_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-epochs", type=int, default=None, help="cap every stage's epochs (quick runs)")
 
 
+def nproc_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--nproc", type=int, default=1, help="processes for stage base (data parallel: gloo on CPU, "
+                                                       "NCCL on GPU); the other stages run in one")
+
+
 def router_option(p: argparse.ArgumentParser) -> None:
     p.add_argument("--router", default="dense", help="router and gate kind, from the zoo: dense (default), switch, top2, "
                                                     "expert_choice, loss_free, spectra, prototype, arrow")

@@ -5,7 +5,7 @@ import argparse
 from pathlib import Path
 
 from redkit.cli.command import group, sub_command
-from redkit.cli.options import add_run_options, eval_option, router_option, run_config
+from redkit.cli.options import add_run_options, eval_option, nproc_option, router_option, run_config
 
 BENCHMARKS = group("reproduce", "benchmark", help="run a benchmark end to end and print its tables",
                    description="Run a benchmark end to end. `redkit reproduce BENCHMARK --help` lists its flags.",
@@ -19,6 +19,7 @@ def _text_options(p: argparse.ArgumentParser) -> None:
     eval_option(p)
     add_run_options(p)
     router_option(p)
+    nproc_option(p)
 
 
 def text_config(args, task: str):
@@ -43,7 +44,7 @@ def _text_benchmark(task: str):
         from redkit.pipeline import reproduce
 
         out = args.out or Path("runs") / (task + ("" if args.split == "structure" else f"-{args.split}"))
-        reproduce(out, text_config(args, task), tuple(args.eval_files))
+        reproduce(out, text_config(args, task), tuple(args.eval_files), nproc=args.nproc)
 
 
 _text_benchmark("task1")

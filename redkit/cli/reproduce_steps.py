@@ -4,7 +4,7 @@ import argparse
 from pathlib import Path
 
 from redkit.cli.command import sub_command
-from redkit.cli.options import add_run_options, eval_option, router_option, run_config
+from redkit.cli.options import add_run_options, eval_option, nproc_option, router_option, run_config
 from redkit.cli.reproduce import BENCHMARKS
 
 
@@ -19,6 +19,7 @@ def _steps_options(p: argparse.ArgumentParser) -> None:
     eval_option(p)  # its questions are answered by decomposition
     add_run_options(p)
     router_option(p)
+    nproc_option(p)
 
 
 def steps_config(args):
@@ -36,7 +37,7 @@ def steps_config(args):
 def reproduce_steps(args) -> None:
     from redkit.steps.benchmark import reproduce_steps
 
-    reproduce_steps(args.out, steps_config(args), tuple(args.eval_files))
+    reproduce_steps(args.out, steps_config(args), tuple(args.eval_files), nproc=args.nproc)
 
 
 def _decomposer_options(p: argparse.ArgumentParser) -> None:

@@ -4,6 +4,7 @@ import argparse
 from pathlib import Path
 
 from redkit.cli.command import command
+from redkit.cli.options import nproc_option
 from redkit.errors import RedkitError
 
 
@@ -12,6 +13,9 @@ def _options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--run", required=True, type=Path)
     p.add_argument("--domain", action="append", default=None, help="a domain (R1..R5 in Task 1, a fit run's own names) for experts/heads; repeatable")
     p.add_argument("--kind", action="append", default=None, help="expert kind for stage experts: residual, logit")
+    p.add_argument("--precision", choices=("fp32", "bf16"), default="fp32",
+                   help="stage experts: train in fp32 or under bf16 autocast (recorded in each module's metrics)")
+    nproc_option(p)
 
 
 def _domains(run, names: list[str] | None) -> list[int] | None:
@@ -37,15 +41,25 @@ def run(args) -> None:
     from redkit.train.stages import EXPERT_KINDS, STAGES
 
     run = open_run(args.run)
-    run.prepare_data()
     stage = STAGES[args.stage]
+    if args.stage == "base":
+        from redkit.train.distributed import check_run_nproc
+
+        check_run_nproc(run.dir, run.config, args.nproc)  # before anything is written
+    elif args.nproc != 1:
+        raise RedkitError(f"--nproc {args.nproc}: only stage base runs in several processes, not stage {args.stage}")
+    run.prepare_data()
     if args.stage == "experts":
         kinds = tuple(args.kind or EXPERT_KINDS)
         for kind in kinds:
             if kind not in EXPERT_KINDS:
                 raise RedkitError(f"unknown expert kind {kind!r} (expected one of {', '.join(EXPERT_KINDS)})")
-        print(stage(run, domains=_domains(run, args.domain), kinds=kinds))
+        print(stage(run, domains=_domains(run, args.domain), kinds=kinds, precision=args.precision))
     elif args.stage == "heads":
         print(stage(run, domains=_domains(run, args.domain)))
+    elif args.stage == "base" and args.nproc != 1:
+        from redkit.train.distributed import launch_base
+
+        print(launch_base(run, args.nproc))
     else:
         print(stage(run))

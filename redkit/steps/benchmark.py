@@ -16,13 +16,13 @@ from redkit.compositions import ModuleSet
 from redkit.data.generate import HELDOUT, DataConfig, generate
 from redkit.data.records import Example, read_jsonl
 from redkit.decomposer.train import TextSplit, cached_programs, decomposer_data, load_decomposer, train_decomposer
-from redkit.pipeline import evaluate_run
+from redkit.pipeline import evaluate_run, train_stages
 from redkit.programs import Program, parse_program
 from redkit.report import markdown_table, run_footer
 from redkit.steps.execute import NeuralExecutor, execution_metrics
 from redkit.steps.questions import evaluate_questions
 from redkit.steps.run import StepsConfig, StepsRun
-from redkit.train.stages import PIPELINE, STAGES
+from redkit.train.distributed import check_nproc
 
 # Routing modes of §4.8, by the composition that implements each.
 MODES = {"RED": "red", "MoE": "moe", "AllFix": "red_uniform", "RED, oracle α": "red_oracle",
@@ -103,17 +103,17 @@ def render(results: dict) -> str:
     return "\n".join(out)
 
 
-def reproduce_steps(out: Path, config: StepsConfig, eval_files: tuple[Path, ...] = (), print_fn=print) -> dict:
+def reproduce_steps(out: Path, config: StepsConfig, eval_files: tuple[Path, ...] = (), print_fn=print,
+                    nproc: int = 1) -> dict:
     wall = time.perf_counter()
+    check_nproc(nproc, 10**9, config.train_config("base").batch_size)  # the base subset's size is checked once drawn
     run = StepsRun(out, config)
     summary = run.prepare_data()
     start = time.perf_counter()
     programs = decomposer_data(config.decomposer)  # its test splits are the programs executed below
     metrics = train_decomposer(run.decomposer_dir, config.decomposer, print_fn, programs)  # reused when already trained
     run.add_time("decomposer", time.perf_counter() - start)
-    for stage in PIPELINE:
-        STAGES[stage](run)
-        print_fn(f"[{stage}] done")
+    train_stages(run, nproc, print_fn)
     results = {"task": "steps", "seed": config.seed, "config": asdict(run.config), "data": summary,
                "single_step": evaluate_run(run),
                "decomposer": decomposer_summary(run.decomposer_dir, metrics)}

@@ -15,11 +15,13 @@ from pathlib import Path
 from typing import Callable
 
 import torch
+from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 from torch import nn
 from tqdm.auto import tqdm
 
 from redkit.atomic import atomic_path, write_json
+from redkit.train.distributed import Ranks
 
 
 @dataclass
@@ -45,14 +47,18 @@ class FitResult:
 
 
 class Checkpoint:
-    """`checkpoint.safetensors` (model, best and optimizer tensors) + `checkpoint.json` (the rest)."""
+    """`checkpoint.safetensors`: model, best and optimizer tensors, with the rest (epoch, best loss,
+    history, optimizer settings) as JSON in its metadata, so that one atomic rename replaces the
+    whole checkpoint: a kill between two files could otherwise pair one epoch's weights with the
+    previous epoch's progress, and the resumed run would redo an epoch on already-updated weights.
+    `checkpoint.json` repeats the progress for people and tools to read; loading ignores it."""
 
     def __init__(self, directory: Path):
         self.tensors = directory / "checkpoint.safetensors"
         self.state = directory / "checkpoint.json"
 
     def exists(self) -> bool:
-        return self.tensors.is_file() and self.state.is_file()
+        return self.tensors.is_file()
 
     def save(self, model: nn.Module, best: dict, optimizer: torch.optim.Optimizer, progress: dict) -> None:
         opt = optimizer.state_dict()
@@ -60,14 +66,18 @@ class Checkpoint:
         tensors |= {f"best.{k}": v for k, v in best.items()}
         for index, slots in opt["state"].items():
             tensors |= {f"optim.{index}.{name}": t for name, t in slots.items()}
+        state = progress | {"param_groups": opt["param_groups"]}
         with atomic_path(self.tensors) as tmp:
-            save_file({k: v.detach().contiguous().cpu() for k, v in tensors.items()}, str(tmp))
-        # Written second: a checkpoint counts only once its json names the epoch it holds.
-        write_json(self.state, progress | {"param_groups": opt["param_groups"]})
+            save_file({k: v.detach().contiguous().cpu() for k, v in tensors.items()}, str(tmp),
+                      metadata={"progress": json.dumps(state)})
+        write_json(self.state, state)
 
     def load(self, model: nn.Module, optimizer: torch.optim.Optimizer) -> tuple[dict, dict]:
         tensors = load_file(str(self.tensors))
-        progress = json.loads(self.state.read_text())
+        with safe_open(str(self.tensors), "pt") as f:
+            inside = (f.metadata() or {}).get("progress")
+        # A checkpoint written before the progress moved inside has it in checkpoint.json only.
+        progress = json.loads(inside if inside is not None else self.state.read_text())
         model.load_state_dict({k[6:]: v for k, v in tensors.items() if k.startswith("model.")})
         best = {k[5:]: v for k, v in tensors.items() if k.startswith("best.")}
         state: dict[int, dict] = {}
@@ -86,12 +96,16 @@ class Checkpoint:
 def fit(model: nn.Module, batch_loss: Callable[[torch.Tensor], torch.Tensor], num_train: int,
         val_loss: Callable[[], float], config: TrainConfig, seed: int, checkpoint_dir: Path | None = None,
         desc: str = "train", log: Callable[[dict], None] | None = None, head: nn.Module | None = None,
-        on_step: Callable[[int, nn.Module], None] | None = None) -> FitResult:
+        on_step: Callable[[int, nn.Module], None] | None = None, ranks: Ranks = Ranks()) -> FitResult:
     """Train the parameters of `model` that require grad; on return `model` holds its best state.
 
     `on_step(step, model)` is called after every optimizer step (step counts from 1 over the whole
     fit: epoch x steps per epoch + step in epoch), e.g. to monitor a router while it trains; it
     must leave the model's mode and random state as it found them.
+
+    `ranks`: this process's place among N data-parallel ones (redkit/train/distributed.py): each
+    global batch is sliced across them, gradients are summed over them before every step, and only
+    rank 0 writes the checkpoint and the log.
 
     `head`, a fresh sub-module of `model` (e.g. a new classifier on a pretrained body), gets
     `config.head_lr` when that is set: pretrained weights want small steps, a new head larger ones."""
@@ -103,27 +117,35 @@ def fit(model: nn.Module, batch_loss: Callable[[torch.Tensor], torch.Tensor], nu
     optimizer = torch.optim.AdamW(groups, lr=config.lr, weight_decay=config.weight_decay)
     accumulate = max(1, config.virtual_batch_size // config.batch_size)
     checkpoint = Checkpoint(checkpoint_dir) if checkpoint_dir else None
+    log = log if ranks.is_writer else None
     best_state = copy.deepcopy(model.state_dict())
     progress = {"epoch": 0, "best_epoch": 0, "best_val_loss": math.inf, "bad_epochs": 0, "history": [], "seconds": 0.0}
     if checkpoint and checkpoint.exists():
         best_state, progress = checkpoint.load(model, optimizer)
     resumed_from = progress["epoch"]
     steps_per_epoch = math.ceil(math.ceil(num_train / config.batch_size) / accumulate)
-    bar = tqdm(total=config.max_epochs, initial=resumed_from, desc=desc, unit="epoch", leave=False, dynamic_ncols=True)
+    bar = tqdm(total=config.max_epochs, initial=resumed_from, desc=desc, unit="epoch", leave=False, dynamic_ncols=True,
+               disable=not ranks.is_writer)
     while progress["epoch"] < config.max_epochs and progress["bad_epochs"] < config.patience:
         start = time.perf_counter()
         epoch = progress["epoch"]
         torch.manual_seed(seed * 100_003 + epoch)  # shuffling and dropout of this epoch
         model.train()
         order = torch.randperm(num_train)
+        if ranks.rank:  # the same order everywhere, but each rank its own dropout masks
+            torch.manual_seed((seed * 100_003 + epoch) * 1_009 + ranks.rank)
         total, batches = 0.0, 0
         optimizer.zero_grad(set_to_none=True)
         step = epoch * steps_per_epoch
         for i, first in enumerate(range(0, num_train, config.batch_size)):
-            loss = batch_loss(order[first:first + config.batch_size])
-            (loss / accumulate).backward()
-            total, batches = total + loss.item(), batches + 1
+            local, weight = ranks.shard(order[first:first + config.batch_size])
+            if len(local):
+                loss = batch_loss(local)
+                ((loss if weight == 1.0 else loss * weight) / accumulate).backward()
+                total += loss.item() * weight  # summed over the ranks: the global batch's mean
+            batches += 1
             if (i + 1) % accumulate == 0 or first + config.batch_size >= num_train:
+                ranks.reduce_gradients(params)
                 optimizer.step()
                 optimizer.zero_grad(set_to_none=True)
                 step += 1
@@ -131,7 +153,8 @@ def fit(model: nn.Module, batch_loss: Callable[[torch.Tensor], torch.Tensor], nu
                     on_step(step, model)
         model.eval()
         with torch.no_grad():
-            val = float(val_loss())
+            val = ranks.agree(float(val_loss()))  # rank 0 decides: every rank stops at the same epoch
+        total = ranks.sum([total])[0]
         row = {"stage": desc, "epoch": epoch + 1, "train_loss": total / max(batches, 1), "val_loss": val,
                "seconds": time.perf_counter() - start}
         progress["history"].append(row)
@@ -142,7 +165,7 @@ def fit(model: nn.Module, batch_loss: Callable[[torch.Tensor], torch.Tensor], nu
             best_state = copy.deepcopy(model.state_dict())
         else:
             progress["bad_epochs"] += 1
-        if checkpoint:
+        if checkpoint and ranks.is_writer:
             checkpoint.save(model, best_state, optimizer, progress)
         if log:
             log(row)

@@ -10,6 +10,7 @@ module(s) as config.json + model.safetensors.
 """
 
 import time
+from dataclasses import dataclass
 from typing import Callable
 
 import torch
@@ -23,6 +24,7 @@ from redkit.modules.store import ModuleMeta, load_module, module_exists, save_mo
 from redkit.registry import Registry
 from redkit.run import Run
 from redkit.threads import one_thread
+from redkit.train.distributed import Ranks
 from redkit.train.loop import Checkpoint, FitResult, fit
 
 STAGES: Registry[Callable] = Registry("stage")
@@ -38,18 +40,22 @@ def timed(run: Run, stage: str, work: Callable[[], dict]) -> dict:
     return summary
 
 
-def _meta(run: Run, module: nn.Module, kind: str, domain: int | None, result: FitResult) -> ModuleMeta:
+def _meta(run: Run, module: nn.Module, kind: str, domain: int | None, result: FitResult,
+          precision: str = "fp32") -> ModuleMeta:
+    """`precision`: the arithmetic it was trained in (fp32, or bf16 autocast); its weights are fp32."""
     return ModuleMeta(kind=kind, config=vars(module.config) if hasattr(module, "config") else {},
                       backbone_fingerprint=run.fingerprint,
                       data_hash=run.data_hash, seed=run.config.seed,
                       domain=domain, metrics={"best_val_loss": result.best_val_loss, "epochs": result.epochs,
-                                              "best_epoch": result.best_epoch, "seconds": result.seconds})
+                                              "best_epoch": result.best_epoch, "seconds": result.seconds,
+                                              "precision": precision})
 
 
 def _train_on_features(run: Run, stage: str, directory, module: nn.Module, loss_fn: Callable,
                        train: tuple[torch.Tensor, ...], val: tuple[torch.Tensor, ...], kind: str,
-                       domain: int | None, seed_offset: int) -> dict:
-    """Fit `module` on cached features; `loss_fn(module, *tensors)` is a mean loss."""
+                       domain: int | None, seed_offset: int, precision: str = "fp32") -> dict:
+    """Fit `module` on cached features; `loss_fn(module, *tensors)` is a mean loss. `precision` bf16
+    computes the losses under bf16 autocast (weights, optimizer and saved module stay fp32)."""
     if module_exists(directory):
         return {"skipped": str(directory)}
     module.to(run.device)
@@ -57,12 +63,19 @@ def _train_on_features(run: Run, stage: str, directory, module: nn.Module, loss_
     val = tuple(t.to(run.device) for t in val)
     monitor = getattr(run, "monitor", None)  # a run may watch a stage train: monitor(stage, step, module)
     on_step = (lambda step, model: monitor(stage, step, model)) if monitor else None
+
+    def in_precision(*tensors: torch.Tensor) -> torch.Tensor:
+        if precision == "fp32":
+            return loss_fn(module, *tensors)
+        with torch.autocast(device_type=run.device.type, dtype=torch.bfloat16):
+            return loss_fn(module, *tensors).float()
+
     with one_thread():  # small modules: thread hand-offs cost more than their arithmetic
-        result = fit(module, lambda idx: loss_fn(module, *(t[idx] for t in train)), len(train[0]),
-                     lambda: loss_fn(module, *val).item(), run.config.train_config(stage),
+        result = fit(module, lambda idx: in_precision(*(t[idx] for t in train)), len(train[0]),
+                     lambda: in_precision(*val).item(), run.config.train_config(stage),
                      seed=run.config.seed + seed_offset, checkpoint_dir=directory, desc=f"{stage} {directory.name}",
                      log=run.log, on_step=on_step)
-    save_module(directory, module.cpu(), _meta(run, module, kind, domain, result))
+    save_module(directory, module.cpu(), _meta(run, module, kind, domain, result, precision))
     Checkpoint(directory).remove()
     return {"module": str(directory), "epochs": result.epochs, "best_val_loss": result.best_val_loss}
 
@@ -73,27 +86,49 @@ def load_classifier(run: Run) -> Classifier:
 
 # ---- stage base ---------------------------------------------------------------------------------
 
+@dataclass
+class BaseData:
+    """What stage base trains and validates on: the base subset's frozen-prefix states (N, T, d)
+    and classes (N,), and the distinct validation texts' states (V, T', d), classes and counts (V,)."""
+
+    train_states: PrefixStates
+    train_y: torch.Tensor
+    val_states: PrefixStates
+    val_y: torch.Tensor
+    val_w: torch.Tensor
+
+
+def prepare_base(run: Run) -> BaseData:
+    """Stage base's data, with the frozen prefix run once per distinct text and cached."""
+    backbone = run.backbone
+    subset = [run.splits["train"][i] for i in run.base_subset()]
+    val_examples = [run.splits["val"][i] for i in run.base_val_subset()]
+    train_states = PrefixStates.build(run.cache_dir, backbone, [ex.question for ex in subset], "base-train")
+    # Validation texts repeat a lot: score each distinct text once, weighted by its count.
+    distinct: dict[str, list] = {}
+    for ex in val_examples:
+        distinct.setdefault(ex.question, [run.space.class_of(ex.answer), 0])[1] += 1
+    val_texts = list(distinct)
+    val_states = PrefixStates.build(run.cache_dir, backbone, val_texts, "base-val")
+    return BaseData(train_states, run.classes(subset), val_states, torch.tensor([distinct[t][0] for t in val_texts]),
+                    torch.tensor([distinct[t][1] for t in val_texts], dtype=torch.float))
+
+
 @STAGES.register("base")
-def stage_base(run: Run) -> dict:
-    """Fine-tune the top-N layers and the shared classifier on the label-balanced base subset."""
+def stage_base(run: Run, ranks: Ranks = Ranks()) -> dict:
+    """Fine-tune the top-N layers and the shared classifier on the label-balanced base subset;
+    with `ranks` one of N data-parallel processes (redkit/train/distributed.py)."""
     top_dir, clf_dir = run.module_dir("backbone_top"), run.module_dir("classifier")
     if module_exists(top_dir) and module_exists(clf_dir):
         return {"skipped": "base"}
 
     def work() -> dict:
         backbone = run.backbone
-        subset = [run.splits["train"][i] for i in run.base_subset()]
-        val_examples = [run.splits["val"][i] for i in run.base_val_subset()]
-        train_states = PrefixStates.build(run.cache_dir, backbone, [ex.question for ex in subset], "base-train")
-        # Validation texts repeat a lot: score each distinct text once, weighted by its count.
-        distinct: dict[str, list] = {}
-        for ex in val_examples:
-            distinct.setdefault(ex.question, [run.space.class_of(ex.answer), 0])[1] += 1
-        val_texts = list(distinct)
-        val_states = PrefixStates.build(run.cache_dir, backbone, val_texts, "base-val")
-        val_y = torch.tensor([distinct[t][0] for t in val_texts])
-        val_w = torch.tensor([distinct[t][1] for t in val_texts], dtype=torch.float)
-        train_y = run.classes(subset)
+        if ranks.is_writer:  # rank 0 builds the cache (if the launcher has not) before the others read it
+            data = prepare_base(run)
+        ranks.barrier()
+        if not ranks.is_writer:
+            data = prepare_base(run)
         torch.manual_seed(run.config.seed)  # the classifier's init must not depend on what ran before
         classifier = Classifier(Classifier.Config(backbone.hidden_size, run.space.num_classes)).to(run.device)
         # Only these switch to training mode (dropout) and are checkpointed; the prefix stays frozen.
@@ -101,25 +136,31 @@ def stage_base(run: Run) -> dict:
 
         def batch_loss(idx: torch.Tensor) -> torch.Tensor:
             with backbone.autocast():
-                logits = classifier(backbone(*train_states.batch(idx, run.device)))
-            return F.cross_entropy(logits.float(), train_y[idx].to(run.device))
+                logits = classifier(backbone(*data.train_states.batch(idx, run.device)))
+            return F.cross_entropy(logits.float(), data.train_y[idx].to(run.device))
 
         def val_loss() -> float:
+            """The count-weighted mean loss over the distinct validation texts; each rank scores
+            every N-th chunk of 512 and the ranks' sums are added."""
             total = 0.0
-            for first in range(0, len(val_texts), 512):
-                idx = torch.arange(first, min(first + 512, len(val_texts)))
+            for first in range(512 * ranks.rank, len(data.val_y), 512 * ranks.world):
+                idx = torch.arange(first, min(first + 512, len(data.val_y)))
                 with backbone.autocast():
-                    logits = classifier(backbone(*val_states.batch(idx, run.device)))
-                losses = F.cross_entropy(logits.float(), val_y[idx].to(run.device), reduction="none")
-                total += (losses.cpu() * val_w[idx]).sum().item()
-            return total / val_w.sum().item()
+                    logits = classifier(backbone(*data.val_states.batch(idx, run.device)))
+                losses = F.cross_entropy(logits.float(), data.val_y[idx].to(run.device), reduction="none")
+                total += (losses.cpu() * data.val_w[idx]).sum().item()
+            return ranks.sum([total])[0] / data.val_w.sum().item()
 
-        result = fit(trainable, batch_loss, len(subset), val_loss, run.config.train_config("base"),
-                     seed=run.config.seed, checkpoint_dir=clf_dir, desc="base", log=run.log, head=classifier)
+        result = fit(trainable, batch_loss, len(data.train_y), val_loss, run.config.train_config("base"),
+                     seed=run.config.seed, checkpoint_dir=clf_dir, desc="base", log=run.log, head=classifier,
+                     ranks=ranks)
         backbone.eval()
-        meta = _meta(run, classifier, "classifier", None, result)
+        meta = _meta(run, classifier, "classifier", None, result, backbone.config.precision)
         meta.backbone_fingerprint = backbone.fingerprint()
+        meta.metrics["nproc"] = ranks.world  # how it was trained: N processes draw other dropout masks
         run.__dict__.pop("fingerprint", None)  # the tuned top changed the features
+        if not ranks.is_writer:
+            return {}
         save_module(top_dir, backbone.top_state_dict(), ModuleMeta(
             kind="backbone_top", backbone_fingerprint=meta.backbone_fingerprint, seed=run.config.seed,
             data_hash=meta.data_hash, metrics=meta.metrics,
@@ -128,9 +169,9 @@ def stage_base(run: Run) -> dict:
         save_module(clf_dir, classifier.cpu(), meta)
         Checkpoint(clf_dir).remove()
         return {"epochs": result.epochs, "best_epoch": result.best_epoch, "best_val_loss": result.best_val_loss,
-                "base_examples": len(subset)}
+                "base_examples": len(data.train_y)}
 
-    return timed(run, "base", work)
+    return timed(run, "base", work) if ranks.is_writer else work()
 
 
 # ---- stages on cached features --------------------------------------------------------------------
@@ -144,8 +185,10 @@ def _ce_alone(classifier: Classifier):
 
 
 @STAGES.register("experts")
-def stage_experts(run: Run, domains: list[int] | None = None, kinds: tuple[str, ...] = EXPERT_KINDS) -> dict:
-    """Each expert sees only its own range's examples and nothing of the other experts."""
+def stage_experts(run: Run, domains: list[int] | None = None, kinds: tuple[str, ...] = EXPERT_KINDS,
+                  precision: str = "fp32") -> dict:
+    """Each expert sees only its own range's examples and nothing of the other experts; `precision`
+    bf16 trains them under bf16 autocast (recorded in each module's metrics)."""
     def work() -> dict:
         classifier = load_classifier(run).requires_grad_(False)
         h, y, d = run.split_tensors("train")
@@ -161,7 +204,8 @@ def stage_experts(run: Run, domains: list[int] | None = None, kinds: tuple[str, 
                 torch.manual_seed(run.config.seed * 1000 + domain)
                 done[f"{kind}/{space.domains[domain]}"] = _train_on_features(
                     run, "experts", run.module_dir("experts", kind, space.domains[domain]), cls(config),
-                    _ce_alone(classifier), (h[tr], y[tr]), (vh[va], vy[va]), kind, domain, seed_offset=domain)
+                    _ce_alone(classifier), (h[tr], y[tr]), (vh[va], vy[va]), kind, domain, seed_offset=domain,
+                    precision=precision)
         return done
 
     return timed(run, "experts", work)
