@@ -8,11 +8,18 @@
     <run>/log.jsonl        one line per epoch and per stage
     <run>/results.json     metrics, config, seed, git commit, versions, wall time per stage
     <run>/report.md        the tables, with figures in <run>/figures/
+
+A bundle (redkit/bundle: a run's modules + manifest.json) opens as a run too, after its manifest is
+verified, and read-only: features of evaluated files are cached in a temporary directory, the log
+and timings stay in memory, and whatever would train or write data is refused with one line.
 """
 
 import json
 import random
+import shutil
+import tempfile
 import time
+import weakref
 from dataclasses import asdict, dataclass, field, fields, is_dataclass
 from functools import cached_property
 from pathlib import Path
@@ -21,6 +28,7 @@ import torch
 
 from redkit.atomic import write_json
 from redkit.backbone import Backbone, BackboneConfig
+from redkit.bundle.manifest import is_bundle, verify_bundle
 from redkit.data.generate import HELDOUT, SPLITS, DataConfig, generate, write_dataset
 from redkit.data.records import Example, read_jsonl
 from redkit.errors import RedkitError
@@ -111,6 +119,10 @@ class Run:
     def __init__(self, directory: str | Path, config: StagedConfig | None = None):
         """Open (or create) a run. A new config must match the one the run was made with."""
         self.dir = Path(directory)
+        # A bundle's files are checked before anything of it is read (its manifest when it is one).
+        self.bundle: dict | None = verify_bundle(self.dir) if is_bundle(self.dir) else None
+        if self.bundle is not None and config is not None:
+            self.refuse_in_bundle("training into it")
         saved = self.dir / "config.json"
         if saved.is_file():
             try:
@@ -135,11 +147,25 @@ class Run:
     def module_dir(self, *parts: str) -> Path:
         return self.dir.joinpath("modules", *parts)
 
-    @property
+    def refuse_in_bundle(self, what: str) -> None:
+        """Nothing is ever written into a bundle, and it has no data: one line saying so."""
+        if self.bundle is not None:
+            raise RedkitError(f"{self.dir} is a read-only bundle (modules only, no data): {what} needs "
+                              f"the run it was exported from ({self.bundle.get('source', {}).get('run')})")
+
+    @cached_property
     def cache_dir(self) -> Path:
-        return self.dir / "cache"
+        """<run>/cache; a bundle's is a temporary directory removed with the run object, so that
+        evaluating a file with a bundle never writes into it."""
+        if self.bundle is None:
+            return self.dir / "cache"
+        scratch = Path(tempfile.mkdtemp(prefix="redkit-bundle-cache-"))
+        weakref.finalize(self, shutil.rmtree, scratch, True)
+        return scratch
 
     def log(self, row: dict) -> None:
+        if self.bundle is not None:  # a bundle stays as exported
+            return
         with (self.dir / "log.jsonl").open("a", encoding="utf-8") as f:
             f.write(json.dumps({"time": time.time()} | row) + "\n")
 
@@ -149,11 +175,13 @@ class Run:
 
     def add_time(self, stage: str, seconds: float) -> None:
         self.timings[stage] = self.timings.get(stage, 0.0) + seconds
-        write_json(self.dir / "timings.json", self.timings)
+        if self.bundle is None:  # a bundle's timings stay in memory
+            write_json(self.dir / "timings.json", self.timings)
 
     def record(self, results: dict, wall_start: float) -> dict:
         """`results` with where they came from and the wall time of every stage and of this call
         (since `wall_start`, a perf_counter reading), written to results.json: every benchmark's last step."""
+        self.refuse_in_bundle("writing results.json")
         results = results | {"provenance": provenance(), "wall_seconds_per_stage": dict(self.timings),
                              "wall_seconds_this_call": time.perf_counter() - wall_start}
         write_json(self.dir / "results.json", results)
@@ -163,6 +191,7 @@ class Run:
 
     def prepare_data(self) -> dict:
         """Write the task's data splits once; reruns reuse them."""
+        self.refuse_in_bundle("making data splits")
         if (self.dir / "data" / "splits.json").is_file():
             return json.loads((self.dir / "data" / "splits.json").read_text())
         datasets = generate(self.config.data)
@@ -170,6 +199,7 @@ class Run:
 
     @cached_property
     def splits(self) -> dict[str, list[Example]]:
+        self.refuse_in_bundle("its data splits")
         return {name: read_jsonl(self.dir / "data" / f"{name}.jsonl", answers=self.space.value_range) for name in (*SPLITS, HELDOUT)}
 
     def base_subset(self) -> list[int]:
@@ -217,7 +247,10 @@ class Run:
             if meta.config.get("source_fingerprint") != backbone.source_fingerprint:
                 raise RedkitError(f"{top}: tuned for backbone {meta.config.get('source_fingerprint')}, "
                                   f"but --backbone {backbone.path} is {backbone.source_fingerprint}")
-            backbone.load_top_state_dict(state)
+            try:
+                backbone.load_top_state_dict(state)
+            except RuntimeError as err:  # a hand-edited or foreign file: missing or misshapen tensors
+                raise RedkitError(f"{top}: weights do not fit this backbone's top layers ({str(err).splitlines()[0]})") from None
         return backbone.to(self.device)
 
     @cached_property
