@@ -33,6 +33,7 @@ from redkit.data.generate import HELDOUT, SPLITS, DataConfig, generate, write_da
 from redkit.data.records import Example, read_jsonl
 from redkit.errors import RedkitError
 from redkit.features import cached_features, text_hash
+from redkit.jsonfile import read_json
 from redkit.modules.store import load_state, module_exists
 from redkit.provenance import provenance
 from redkit.space import ANSWER_RANGES, LabelSpace
@@ -125,10 +126,11 @@ class Run:
             self.refuse_in_bundle("training into it")
         saved = self.dir / "config.json"
         if saved.is_file():
+            raw = read_json(saved, "a redkit run config")
             try:
-                existing = self.config_class.from_dict(json.loads(saved.read_text()))
-            except (json.JSONDecodeError, TypeError, UnicodeDecodeError) as err:
-                raise RedkitError(f"{saved}: not a redkit run config ({err})") from None
+                existing = self.config_class.from_dict(raw)
+            except (TypeError, ValueError, AttributeError) as err:  # not an object, unknown or ill-typed settings
+                raise RedkitError(f"{saved}: not a redkit run config ({str(err).splitlines()[0][:200]})") from None
             if config is not None:
                 diff = _first_difference(asdict(existing), json.loads(json.dumps(asdict(config))))
                 if diff:
@@ -171,7 +173,7 @@ class Run:
 
     def _read_timings(self) -> dict[str, float]:
         path = self.dir / "timings.json"
-        return json.loads(path.read_text()) if path.is_file() else {}
+        return read_json(path, "a timings file") if path.is_file() else {}
 
     def add_time(self, stage: str, seconds: float) -> None:
         self.timings[stage] = self.timings.get(stage, 0.0) + seconds

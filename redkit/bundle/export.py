@@ -16,7 +16,6 @@ JSON config) and JSON. Built in a temporary directory beside `out` and renamed i
 `out` is either absent or a complete bundle.
 """
 
-import json
 import shutil
 import tempfile
 from pathlib import Path
@@ -24,6 +23,7 @@ from pathlib import Path
 from redkit.atomic import write_json
 from redkit.bundle.manifest import FORMAT, MANIFEST, file_entry, is_bundle, redkit_version
 from redkit.errors import RedkitError
+from redkit.jsonfile import read_json
 from redkit.modules.store import CONFIG, WEIGHTS, module_exists, parse_meta
 
 HEADS = "heads"  # modules/heads/: exported only when asked for
@@ -81,11 +81,8 @@ def export_bundle(run: str | Path, out: str | Path, heads: bool = False) -> dict
         raise RedkitError(f"{run}: not a redkit run (no config.json)")
     if out.exists():
         raise RedkitError(f"{out}: already exists; choose another --out or delete it")
-    try:
-        config = json.loads((run / "config.json").read_text())
-        results = json.loads((run / "results.json").read_text()) if (run / "results.json").is_file() else {}
-    except (json.JSONDecodeError, UnicodeDecodeError) as err:
-        raise RedkitError(f"{run}: config.json or results.json is not JSON ({err})") from None
+    config = read_json(run / "config.json", "a redkit run config")
+    results = read_json(run / "results.json", "a results file") if (run / "results.json").is_file() else {}
     if not isinstance(config, dict) or not isinstance(results, dict):
         raise RedkitError(f"{run}: config.json and results.json must hold JSON objects")
     modules = _modules(run, heads)

@@ -12,11 +12,11 @@ redkit reads is refused with the versions involved, since its layout may mean so
 """
 
 import hashlib
-import json
 from importlib import metadata
 from pathlib import Path
 
 from redkit.errors import RedkitError
+from redkit.jsonfile import read_json
 
 MANIFEST = "manifest.json"
 FORMAT = 1  # the bundle layout this redkit writes and the newest it reads
@@ -51,10 +51,7 @@ def is_bundle(directory: str | Path) -> bool:
 def read_manifest(directory: str | Path) -> dict:
     """The manifest of a bundle, its format checked; one line naming the file otherwise."""
     path = Path(directory) / MANIFEST
-    try:
-        manifest = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise RedkitError(f"{path}: not a bundle manifest ({str(err).splitlines()[0] if str(err) else type(err).__name__})") from None
+    manifest = read_json(path, "a bundle manifest")
     if not isinstance(manifest, dict):
         raise RedkitError(f"{path}: not a bundle manifest (expected a JSON object, got {type(manifest).__name__})")
     fmt, files = manifest.get("format"), manifest.get("files")
