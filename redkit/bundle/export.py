@@ -112,3 +112,10 @@ def export_bundle(run: str | Path, out: str | Path, heads: bool = False) -> dict
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return manifest
+
+
+def describe(out: Path, manifest: dict) -> str:
+    """One line on what `export_bundle` wrote: files, bytes and what the bundle can compose."""
+    size = sum(entry["size"] for entry in manifest["files"].values())
+    heads = "with heads (every composition)" if manifest["heads"] else "without heads (moe, oracle, uniform, global_full: export with --heads)"
+    return f"wrote {out}: {len(manifest['files'])} files, {size / 1e6:.1f} MB, {heads}"
