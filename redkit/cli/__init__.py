@@ -1,0 +1,73 @@
+"""`redkit` command line: one module per command group, each parsing its flags and calling the
+API; this module is the one error boundary (a RedkitError prints one line and exits with code 2).
+
+    redkit data task1 --out DIR [--n 80000] [--seed S] [--split structure|random]
+    redkit reproduce task1|task2 [--split ...] [--backbone PATH] [--out runs/task1] [--eval FILE ...]
+    redkit reproduce digits [--run red|moe|all] [--data_dir MNIST_DIR] [--save_dir runs/digits] [...]
+    redkit reproduce toy [--out runs/toy] [--seed S]
+    redkit reproduce steps [--out runs/steps] [--decomposer DIR] [--op-split random|structure] [--eval FILE ...] [...]
+    redkit reproduce decomposer [--out runs/decomposer] [--task decomposer_times] [--tune-top] [...]
+    redkit reproduce peers --task task1|task2 [--out RUN] [--lora-rank 8] [--examples-per-expert 4000] [...]
+    redkit fit --data DIR --out RUN [--text-field text] [--label-field label] [--domain-field domain] [...]
+    redkit train STAGE --run DIR [--domain R3] [--kind residual]     (one stage, e.g. one expert)
+    redkit add-expert --run runs/steps --operation mul [--out DIR] [--decomposer DIR]
+    redkit add-domain --run RUN --data NEWDIR                        (a fit run: one more domain's expert)
+    redkit eval --run DIR --data FILE.jsonl [--composition NAME]
+    redkit predict --run DIR "What is 12 plus 27?"
+    redkit study noise|ablation|seeds|complexity ...
+    redkit analyze routing --run DIR [...]
+    redkit report --run DIR                                          (report.html: the run and its studies)
+
+Every command (and every sub-command of reproduce, study and analyze) takes `--config FILE.yaml`.
+"""
+
+import argparse
+import os
+import sys
+
+from redkit.errors import RedkitError
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")  # nothing is ever downloaded
+os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+
+from redkit.cli.command import COMMANDS  # noqa: E402
+from redkit.cli.options import add_config_option, apply_config  # noqa: E402
+
+# Registration order is the order `redkit --help` lists the commands in.
+from redkit.cli import data, reproduce, train, add, evaluate, predict, report, analyze, study  # noqa: E402,F401
+
+
+def build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParser]]:
+    """The top-level parser and each command's own parser, by name."""
+    parser = argparse.ArgumentParser(prog="redkit", description="Residual Expert Decomposition and its baselines")
+    sub = parser.add_subparsers(dest="command", required=True)
+    parsers = {}
+    for name in COMMANDS.names():
+        cmd = COMMANDS[name]
+        p = sub.add_parser(name, help=cmd.help, description=cmd.description)
+        cmd.options(p)
+        if not cmd.group:  # a group's sub-commands take --config themselves
+            add_config_option(p)
+        parsers[name] = p
+    return parser, parsers
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    try:
+        parser, parsers = build_parser()
+        if argv and argv[0] in parsers and not COMMANDS[argv[0]].group:
+            apply_config(parsers[argv[0]], argv[1:])
+        args = parser.parse_args(argv)
+        COMMANDS[args.command].run(args)
+    except RedkitError as err:
+        print(f"redkit: error: {err}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("redkit: interrupted; rerun the same command to resume from the last checkpoint", file=sys.stderr)
+        return 130
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

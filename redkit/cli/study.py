@@ -1,0 +1,84 @@
+"""`redkit study STUDY --run RUN [its flags]`: test a claim of the paper on a trained run."""
+
+import argparse
+from pathlib import Path
+
+from redkit.cli.command import command, group_options, run_sub_command, sub_command
+from redkit.registry import Registry
+
+STUDIES: Registry[tuple] = Registry("study")  # name -> (add its flags to a parser, run it)
+
+
+@command("study", options=group_options(STUDIES, "study"), group=True,
+         help="test a claim of the paper on a trained run (results under <run>/studies/)",
+         description="`redkit study STUDY --help` lists a study's flags.")
+def run(args) -> None:
+    run_sub_command(STUDIES, args.study, args.options, f"redkit study {args.study}")
+
+
+def _noise_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--run", required=True, type=Path, help="a trained run (task1, task2, steps or digits)")
+    p.add_argument("--composition", action="append", default=None, help="a routed composition (default: every one the run has)")
+    p.add_argument("--model", action="append", default=None, help="logit | misroute | neighbour | flatten (default: all)")
+    p.add_argument("--level", action="append", type=float, default=None, help="levels of the one --model (default: its grid)")
+    p.add_argument("--draws", type=int, default=20, help="noise draws per level (default 20)")
+    p.add_argument("--split", default="test")
+    p.add_argument("--seed", type=int, default=0)
+
+
+@sub_command(STUDIES, "noise", _noise_options)
+def noise(args) -> None:
+    from redkit.study import run_noise_study
+    from redkit.study.noise import NoiseStudyConfig
+    from redkit.study.noise_models import NOISE_MODELS
+
+    config = NoiseStudyConfig(compositions=tuple(args.composition or ()), models=tuple(args.model or NOISE_MODELS),
+                              levels=tuple(args.level or ()), draws=args.draws, split=args.split, seed=args.seed)
+    run_noise_study(args.run, config)
+
+
+def _complexity_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--run", required=True, type=Path, help="a trained run (task1, task2, steps or digits)")
+    p.add_argument("--repeats", type=int, default=50, help="timed calls per component and batch size (default 50)")
+
+
+@sub_command(STUDIES, "complexity", _complexity_options)
+def complexity(args) -> None:
+    from redkit.study import run_complexity_study
+    from redkit.study.complexity import ComplexityConfig
+
+    run_complexity_study(args.run, ComplexityConfig(repeats=args.repeats))
+
+
+def _ablation_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--run", required=True, type=Path, help="a trained run (task1, task2, steps or digits)")
+    p.add_argument("--part", action="append", default=None, help="rank | correction | experts (default: all three)")
+    p.add_argument("--experts", type=int, action="append", default=None, help="values of K (default 2 5 10 20)")
+    p.add_argument("--with-base", action="store_true", help="also retrain stage base on 5%%, 10%%, 25%%, 100%% of train")
+
+
+@sub_command(STUDIES, "ablation", _ablation_options)
+def ablation(args) -> None:
+    from redkit.study import run_ablation_study
+    from redkit.study.ablation import AblationConfig
+
+    parts = tuple(args.part or AblationConfig.parts) + (("base",) if args.with_base else ())
+    config = AblationConfig(parts=parts, **({"experts": tuple(args.experts)} if args.experts else {}))
+    run_ablation_study(args.run, config)
+
+
+def _seeds_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--task", default="task1", help="task1 | task2 | digits")
+    p.add_argument("--seeds", type=int, default=5, help="replicates, seeds 0..N-1 (default 5)")
+    p.add_argument("--out", type=Path, default=None, help="default runs/seeds-<task>")
+    p.add_argument("--n", type=int, default=None, help="examples of a text task (default: the task's)")
+    p.add_argument("--max-epochs", type=int, default=None, help="cap every stage's epochs (quick runs)")
+
+
+@sub_command(STUDIES, "seeds", _seeds_options)
+def seeds(args) -> None:
+    from redkit.study import run_seeds_study
+    from redkit.study.seeds import SeedsConfig
+
+    config = SeedsConfig(task=args.task, seeds=args.seeds, n=args.n, max_epochs=args.max_epochs)
+    run_seeds_study(args.out or Path("runs") / f"seeds-{args.task}", config)
