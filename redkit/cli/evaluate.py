@@ -24,13 +24,21 @@ def _open_text_run(path: Path):
     return run
 
 
-def _compositions(names: list[str] | None, default: list[str]) -> list[str]:
-    from redkit.compositions import COMPOSITIONS
+def _compositions(run, names: list[str] | None, default: list[str]) -> list[str]:
+    """The compositions asked for (unknown names fail before any work), else `default`; of the
+    default, a bundle exported without heads evaluates those it has and names the others once."""
+    from redkit.compositions import COMPOSITIONS, ModuleSet, available_compositions
 
-    names = names or default
-    for name in names:
-        COMPOSITIONS[name]  # unknown names fail before any work
-    return names
+    for name in names or ():
+        COMPOSITIONS[name]
+    if names:
+        return names
+    if run.bundle is None:
+        return default
+    usable, missing = available_compositions(ModuleSet(run), default)
+    if missing:
+        print(f"not in this bundle: {', '.join(missing)} (export with --heads)")
+    return usable
 
 
 @command("eval", options=_options,
@@ -48,7 +56,7 @@ def run(args) -> None:
         from redkit.steps.benchmark import MODES
 
         # Any integer answer: a question answered by decomposition is not bound to 2..100.
-        result = evaluate_questions(run, read_jsonl(args.data, answers=None), _compositions(args.composition, list(MODES.values())))
+        result = evaluate_questions(run, read_jsonl(args.data, answers=None), _compositions(run, args.composition, list(MODES.values())))
         match = result["program_exact_match"]
         print(f"{args.data}: {result['n']} questions, decomposed and executed; program exact-match "
               + (f"{match:.4f} (the {result['with_program']} records with a program)" if match is not None
@@ -59,7 +67,7 @@ def run(args) -> None:
             print(f"{name:14s} " + " ".join(f"{m[g]['accuracy']:11.4f}" for g in groups))
         print("n: " + ", ".join(f"{g} {m['n']}" for g, m in next(iter(result["compositions"].values())).items()))
         return
-    names = _compositions(args.composition, COMPOSITIONS.names())
+    names = _compositions(run, args.composition, COMPOSITIONS.names())
     results = evaluate_file(run, ModuleSet(run), args.data, names)
     print(f"{args.data}: {next(iter(results.values()))['n']} examples")
     print(f"{'composition':14s} {'accuracy':>9s} {'range acc':>9s} {'macro-F1':>9s}")
