@@ -16,6 +16,7 @@ run, then feeds `redkit.cli.main(argv)` inputs of these families, round-robin:
     module_files    a copy of the run with one module file truncated, byte-flipped, given NaN/inf
                     weights, or its config.json mutated
     bundle_files    a copy of the bundle with one file truncated or altered, or its manifest mutated
+    yaml_config     `--config FILE.yaml` for eval and export: odd values, unknown keys, malformed YAML
     argv            real command lines (eval, predict, export, report) mutated token by token
 
 For each input: any exception other than argparse's SystemExit is a failure (its traceback kept);
@@ -327,7 +328,30 @@ def inputs(rng: random.Random, family: str, scratch: Scratch, run: Path, bundle:
         if rng.random() < 0.5:
             return ["predict", "--run", str(root), "What is 12 plus 27?", "--composition", composition]
         return ["eval", "--run", str(root), "--data", str(data), "--composition", composition]
+    if family == "yaml_config":
+        return yaml_config(rng, scratch, data)
     return mutated_argv(rng, scratch, data)
+
+
+def yaml_config(rng: random.Random, scratch: Scratch, data: Path) -> list[str]:
+    """eval or export with a --config file of odd values, unknown keys or broken YAML."""
+    path = scratch.root / "config.yaml"
+    out = scratch.root / "out" / f"c{rng.randrange(10**6)}"
+    keys = {"run": [str(scratch.bundle), str(scratch.run), "/nonexistent", ""], "data": [str(data), "/nonexistent", ""],
+            "composition": ["red", ["red", "moe"], "nope", []], "heads": [True, False, "yes", 3], "out": [str(out)]}
+    doc = {key: rng.choice(values) for key, values in keys.items() if rng.random() < 0.6}
+    for _ in range(rng.randint(0, 2)):
+        doc[rng.choice([*keys, "run_", "--data", "seed", "", "ünï"])] = rng.choice(ODD_VALUES + [_nested(rng, 30)])
+    text = json.dumps(doc).encode()  # JSON is YAML
+    if rng.random() < 0.3:
+        text = rng.choice([b"{", b"run: [", b"- a\n- b", b"&a [*a, *a]", b"data: !!python/object/apply:os.system [ls]",
+                           b"%YAML 9.9\n---\nrun: x", b"run: x\nrun: y", b"\t: :", binary(rng), deep_nesting(rng)])
+    path.write_bytes(text)
+    command = rng.choice(["eval", "export"])
+    argv = [command, "--config", str(path)]
+    if command == "export" and "out" not in doc:
+        argv += ["--out", str(out)]
+    return argv
 
 
 def mutated_argv(rng: random.Random, scratch: Scratch, data: Path) -> list[str]:
@@ -361,7 +385,7 @@ def mutated_argv(rng: random.Random, scratch: Scratch, data: Path) -> list[str]:
     return argv
 
 
-FAMILIES = [*DATA_FAMILIES, "run_config", "module_files", "bundle_files", "argv"]
+FAMILIES = [*DATA_FAMILIES, "run_config", "module_files", "bundle_files", "yaml_config", "argv"]
 
 
 def main() -> int:

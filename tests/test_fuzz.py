@@ -154,3 +154,33 @@ def test_a_huge_or_deeply_nested_record_is_one_line(tmp_path):
         with pytest.raises(RedkitError) as caught:
             read_jsonl(tmp_path / "f.jsonl")
         assert _is_one_line(caught.value) and len(str(caught.value)) < 500
+
+
+YAML_KEYS = st.sampled_from(["run", "data", "composition", "heads", "out", "config", "seed", "n", "run_", "--run", "", "ünï"])
+YAML_TEXTS = (st.dictionaries(YAML_KEYS, JSON_VALUES, max_size=4).map(lambda d: json.dumps(d))  # JSON is YAML
+              | st.lists(st.sampled_from(["run: x", "composition: [red, moe]", "heads: yes", "heads: 3", "- a", "&a [*a]",
+                                          "data: !!python/object:os.system x", "{", "seed: 1e999", "n: 0x10", "\t", ": :",
+                                          "composition:", "  - red", "out: ~", "? [a]\n: b", "%YAML 9.9", "---", "..."]),
+                         max_size=5).map("\n".join)
+              | st.text(max_size=60))
+
+
+@FUZZ
+@given(YAML_TEXTS | st.binary(max_size=40))
+def test_the_yaml_config_loader_applies_or_names_any_file(tmp_path, content):
+    """`--config FILE` for eval and export: any file is applied as defaults or refused in one line."""
+    import argparse
+
+    from redkit.cli.evaluate import _options as eval_options
+    from redkit.cli.export import _options as export_options
+    from redkit.cli.options import apply_config
+
+    path = tmp_path / "config.yaml"
+    path.write_bytes(content if isinstance(content, bytes) else content.encode("utf-8", "surrogatepass"))
+    for options in (eval_options, export_options):
+        parser = argparse.ArgumentParser()
+        options(parser)
+        try:
+            apply_config(parser, ["--config", str(path)])
+        except RedkitError as err:
+            assert _is_one_line(err) and str(path) in str(err)
