@@ -29,8 +29,10 @@ import torch
 from redkit.atomic import write_json
 from redkit.backbone import Backbone, BackboneConfig
 from redkit.bundle.manifest import is_bundle, verify_bundle
+from redkit.config_types import check_config_types
 from redkit.data.generate import HELDOUT, SPLITS, DataConfig, generate, write_dataset
 from redkit.data.records import Example, read_jsonl
+from redkit.device import resolve_device
 from redkit.errors import RedkitError
 from redkit.features import cached_features, text_hash
 from redkit.jsonfile import read_json
@@ -131,6 +133,7 @@ class Run:
                 existing = self.config_class.from_dict(raw)
             except (TypeError, ValueError, AttributeError) as err:  # not an object, unknown or ill-typed settings
                 raise RedkitError(f"{saved}: not a redkit run config ({str(err).splitlines()[0][:200]})") from None
+            check_config_types(existing, str(saved))
             if config is not None:
                 diff = _first_difference(asdict(existing), json.loads(json.dumps(asdict(config))))
                 if diff:
@@ -141,7 +144,7 @@ class Run:
         else:
             write_json(saved, asdict(config))
         self.config = config
-        self.device = torch.device(config.device)
+        self.device = resolve_device(config.device, str(self.dir))
         self.timings: dict[str, float] = self._read_timings()
 
     # ---- paths, logging, timing ----------------------------------------------------------

@@ -416,6 +416,9 @@ def main() -> int:
         counts[family][outcome] += 1
         if outcome == Outcome.FAILED:
             failures.append(f"[{family}] {detail}")
+            print(f"failure [{family}]: {detail.strip().splitlines()[-1][:300]}", file=sys.stderr, flush=True)
+            with (args.work / "failures.log").open("a", encoding="utf-8") as log:  # every traceback, as found
+                log.write(f"[{family}] {detail}\n\n")
         if (i + 1) % 500 == 0:
             print(f"{i + 1} inputs, {len(failures)} failures, {time.perf_counter() - start:.0f} s", file=sys.stderr, flush=True)
     wall = time.perf_counter() - start
