@@ -144,7 +144,7 @@ class Run:
         else:
             write_json(saved, asdict(config))
         self.config = config
-        self.device = resolve_device(config.device, str(self.dir))
+        self.device = resolve_device(config.device, f"{saved}: field 'device'")
         self.timings: dict[str, float] = self._read_timings()
 
     # ---- paths, logging, timing ----------------------------------------------------------
