@@ -39,12 +39,13 @@ class Composed(NamedTuple):
 
 class MissingModule(RedkitError):
     """A module a composition needs is absent from a bundle (heads are exported only on request);
-    `compose` turns it into one line naming the composition."""
+    `compose` adds the composition's name to the line."""
 
-    def __init__(self, module: str):
+    def __init__(self, module: str, composition: str | None = None):
+        self.module, self.composition = module, composition
         hint = ("export with --heads" if module.startswith("modules/heads/")
                 else "the run it was exported from has none either")
-        super().__init__(f"{module} which this bundle does not have; {hint}")
+        super().__init__(f"{composition + ' needs ' if composition else ''}{module} which this bundle does not have; {hint}")
 
 
 class ModuleSet:
@@ -203,13 +204,13 @@ def compose(name: str, modules: ModuleSet, h: torch.Tensor, labels: torch.Tensor
         ROUTED[name]  # a composition without a router has no α to perturb
         return COMPOSITIONS[name](modules, h, labels, alpha_noise)
     except MissingModule as err:
-        raise RedkitError(f"{name} needs {err}") from None
+        raise MissingModule(err.module, name) from None
 
 
 def available_compositions(modules: ModuleSet, names: list[str]) -> tuple[list[str], list[str]]:
     """(those of `names` whose modules the run has, the others): a bundle without heads can still
     evaluate red, but not moe. Found by composing one zero feature vector, so that it cannot drift
-    from what each composition really loads."""
+    from what each composition really loads; any other error (a damaged module) is raised."""
     h = torch.zeros(1, modules.run.feature_dim, device=modules.run.device)
     labels = torch.zeros(1, dtype=torch.long, device=h.device)
     usable, missing = [], []
@@ -217,6 +218,6 @@ def available_compositions(modules: ModuleSet, names: list[str]) -> tuple[list[s
         try:
             compose(name, modules, h, labels)
             usable.append(name)
-        except RedkitError:
+        except MissingModule:
             missing.append(name)
     return usable, missing
