@@ -79,6 +79,22 @@ class FittedRun:
         weights = dict(zip(self.domains, map(float, last.weights))) if last.weights is not None else {}
         return Prediction(last.value, None, weights, list(trace), program)
 
+    def compositions(self) -> tuple[list[str], list[str]]:
+        """(the compositions this run can evaluate by default, those it cannot): every one, except
+        that a bundle exported without heads lacks the modules of moe, oracle, the global heads..."""
+        from redkit.compositions import COMPOSITIONS, ModuleSet, available_compositions
+        from redkit.steps import StepsRun
+
+        if isinstance(self.run, StepsRun):
+            from redkit.steps.benchmark import MODES
+
+            default = list(MODES.values())
+        else:
+            default = COMPOSITIONS.names()
+        if getattr(self.run, "bundle", None) is None:
+            return default, []
+        return available_compositions(ModuleSet(self.run), default)
+
     def evaluate(self, path: str | Path, compositions: Sequence[str] | None = None) -> dict:
         """Metrics of every composition (or those named) on a file: {composition: metrics}. A fit
         run's file needs text and label (its domain only for the oracle compositions); a label
@@ -90,17 +106,16 @@ class FittedRun:
         path = Path(path)
         if isinstance(self.run, StepsRun):
             from redkit.data.records import read_jsonl
-            from redkit.steps.benchmark import MODES
             from redkit.steps.questions import evaluate_questions
 
-            names = list(compositions or MODES.values())
+            names = list(compositions or self.compositions()[0])
             for name in names:
                 COMPOSITIONS[name]
             # Any integer answer: a question answered by decomposition is not bound to 2..100.
             return evaluate_questions(self.run, read_jsonl(path, answers=None), names)
         from redkit.pipeline import evaluate_file
 
-        names = list(compositions or COMPOSITIONS.names())
+        names = list(compositions or self.compositions()[0])
         for name in names:
             COMPOSITIONS[name]  # unknown names fail before any work
         return evaluate_file(self.run, ModuleSet(self.run), path, names)

@@ -24,7 +24,8 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from redkit.modules.store import load_module
+from redkit.errors import RedkitError
+from redkit.modules.store import load_module, module_exists
 from redkit.registry import Registry
 
 if TYPE_CHECKING:
@@ -34,6 +35,17 @@ if TYPE_CHECKING:
 class Composed(NamedTuple):
     probs: torch.Tensor  # (N, C)
     weights: torch.Tensor | None  # (N, K) expert weights, where the composition has any
+
+
+class MissingModule(RedkitError):
+    """A module a composition needs is absent from a bundle (heads are exported only on request);
+    `compose` adds the composition's name to the line."""
+
+    def __init__(self, module: str, composition: str | None = None):
+        self.module, self.composition = module, composition
+        hint = ("export with --heads" if module.startswith("modules/heads/")
+                else "the run it was exported from has none either")
+        super().__init__(f"{composition + ' needs ' if composition else ''}{module} which this bundle does not have; {hint}")
 
 
 class ModuleSet:
@@ -48,6 +60,8 @@ class ModuleSet:
         key = "/".join(parts)
         if key not in self._loaded:
             run = self.run
+            if getattr(run, "bundle", None) is not None and not module_exists(run.module_dir(*parts)):
+                raise MissingModule(f"modules/{key}")
             self._loaded[key] = load_module(run.module_dir(*parts), run.fingerprint, run.feature_dim)[0].to(run.device)
         return self._loaded[key]
 
@@ -186,7 +200,26 @@ NEEDS_DOMAIN = ("oracle", "red_oracle")  # the compositions given each example's
 def compose(name: str, modules: ModuleSet, h: torch.Tensor, labels: torch.Tensor, alpha_noise: AlphaNoise | None = None) -> Composed:
     """Composition `name` on features h (N, d). `alpha_noise` replaces softmax(router logits) of a
     routed composition (a routing-noise study); a composition without a router refuses it."""
-    if alpha_noise is None:
-        return COMPOSITIONS[name](modules, h, labels)
-    ROUTED[name]  # a composition without a router has no α to perturb
-    return COMPOSITIONS[name](modules, h, labels, alpha_noise)
+    try:
+        if alpha_noise is None:
+            return COMPOSITIONS[name](modules, h, labels)
+        ROUTED[name]  # a composition without a router has no α to perturb
+        return COMPOSITIONS[name](modules, h, labels, alpha_noise)
+    except MissingModule as err:
+        raise MissingModule(err.module, name) from None
+
+
+def available_compositions(modules: ModuleSet, names: list[str]) -> tuple[list[str], list[str]]:
+    """(those of `names` whose modules the run has, the others): a bundle without heads can still
+    evaluate red, but not moe. Found by composing one zero feature vector, so that it cannot drift
+    from what each composition really loads; any other error (a damaged module) is raised."""
+    h = torch.zeros(1, modules.run.feature_dim, device=modules.run.device)
+    labels = torch.zeros(1, dtype=torch.long, device=h.device)
+    usable, missing = [], []
+    for name in names:
+        try:
+            compose(name, modules, h, labels)
+            usable.append(name)
+        except MissingModule:
+            missing.append(name)
+    return usable, missing

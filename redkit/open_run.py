@@ -1,9 +1,9 @@
 """Open any trained run directory as the right kind of run, by what its config.json says."""
 
-import json
 from pathlib import Path
 
 from redkit.errors import RedkitError
+from redkit.jsonfile import read_json
 
 
 def open_run(path: Path):
@@ -15,11 +15,10 @@ def open_run(path: Path):
     saved = Path(path) / "config.json"
     if not saved.is_file():
         raise RedkitError(f"{path}: not a redkit run (no config.json)")
-    try:
-        config = json.loads(saved.read_text())
-        task = config.get("task")
-    except (json.JSONDecodeError, UnicodeDecodeError, AttributeError) as err:
-        raise RedkitError(f"{saved}: not a redkit run config ({err})") from None
+    config = read_json(saved, "a redkit run config")
+    if not isinstance(config, dict):
+        raise RedkitError(f"{saved}: not a redkit run config (a JSON {type(config).__name__}, not an object)")
+    task = config.get("task")
     if task == "steps":
         return StepsRun(path)
     if task == "fit":

@@ -30,8 +30,10 @@ Call = tuple[int, str, int]  # one resolved step: (a, op, b)
 StepFn = Callable[[int, str, int], int]
 BatchStepFn = Callable[[list[Call]], Sequence[int]]
 
-_TOKEN = re.compile(r"\d+|[A-Za-z_]\w*|\S")  # numbers, words (Step, x1), single symbols
-_VARIABLE = re.compile(r"x[1-9]\d*")
+# ASCII digits only: "x١" must not be the variable x1's twin, and "²" (str.isdigit, yet int() fails)
+# must be a symbol the parser names, not a number.
+_TOKEN = re.compile(r"\d+|[A-Za-z_]\w*|\S", re.ASCII)  # numbers, words (Step, x1), single symbols
+_VARIABLE = re.compile(r"x[1-9]\d*", re.ASCII)
 
 
 def variable(k: int) -> str:
@@ -126,7 +128,7 @@ def parse_program(text: str) -> Program:
 
 def _step(tokens: list[str], k: int, where: str) -> Step:
     """tokens after 'Step': ['2', ':', 'x1', '-', '36', '=', 'x2']"""
-    if len(tokens) < 2 or not tokens[0].isdigit() or tokens[1] != ":":
+    if len(tokens) < 2 or not _is_number(tokens[0]) or tokens[1] != ":":
         raise RedkitError(f"{where}: expected 'Step {k}:' to start the line")
     if int(tokens[0]) != k:
         problem = "gap" if int(tokens[0]) > k else "out of order"
@@ -148,8 +150,12 @@ def _step(tokens: list[str], k: int, where: str) -> Step:
     return Step(left, op, right, target)
 
 
+def _is_number(token: str) -> bool:
+    return token.isascii() and token.isdigit()
+
+
 def _operand(token: str, where: str) -> Operand:
-    if token.isdigit():
+    if _is_number(token):
         return int(token)
     if _VARIABLE.fullmatch(token):
         return token

@@ -9,11 +9,18 @@
     <run>/log.jsonl        one line per epoch and per stage
     <run>/results.json     metrics, config, seed, git commit, versions, wall time per stage
     <run>/report.md        the tables, with figures in <run>/figures/
+
+A bundle (redkit/bundle: a run's modules + manifest.json) opens as a run too, after its manifest is
+verified, and read-only: features of evaluated files are cached in a temporary directory, the log
+and timings stay in memory, and whatever would train or write data is refused with one line.
 """
 
 import json
 import random
+import shutil
+import tempfile
 import time
+import weakref
 from dataclasses import asdict, dataclass, field, fields, is_dataclass
 from functools import cached_property
 from pathlib import Path
@@ -22,10 +29,14 @@ import torch
 
 from redkit.atomic import write_json, write_yaml
 from redkit.backbone import Backbone, BackboneConfig
+from redkit.bundle.manifest import is_bundle, verify_bundle
+from redkit.config_types import check_config_types
 from redkit.data.generate import HELDOUT, SPLITS, DataConfig, generate, write_dataset
 from redkit.data.records import Example, read_jsonl
+from redkit.device import resolve_device
 from redkit.errors import RedkitError
 from redkit.features import cached_features, text_hash
+from redkit.jsonfile import read_json
 from redkit.modules.store import load_state, module_exists
 from redkit.provenance import provenance
 from redkit.space import ANSWER_RANGES, LabelSpace
@@ -118,12 +129,18 @@ class Run:
     def __init__(self, directory: str | Path, config: StagedConfig | None = None):
         """Open (or create) a run. A new config must match the one the run was made with."""
         self.dir = Path(directory)
+        # A bundle's files are checked before anything of it is read (its manifest when it is one).
+        self.bundle: dict | None = verify_bundle(self.dir) if is_bundle(self.dir) else None
+        if self.bundle is not None and config is not None:
+            self.refuse_in_bundle("training into it")
         saved = self.dir / "config.json"
         if saved.is_file():
+            raw = read_json(saved, "a redkit run config")
             try:
-                existing = self.config_class.from_dict(json.loads(saved.read_text()))
-            except (json.JSONDecodeError, TypeError, UnicodeDecodeError) as err:
-                raise RedkitError(f"{saved}: not a redkit run config ({err})") from None
+                existing = self.config_class.from_dict(raw)
+            except (TypeError, ValueError, AttributeError) as err:  # not an object, unknown or ill-typed settings
+                raise RedkitError(f"{saved}: not a redkit run config ({str(err).splitlines()[0][:200]})") from None
+            check_config_types(existing, str(saved))
             if config is not None:
                 diff = _first_difference(asdict(existing), json.loads(json.dumps(asdict(config))))
                 if diff:
@@ -135,7 +152,7 @@ class Run:
             write_json(saved, asdict(config))
             write_yaml(self.dir / "config.yaml", asdict(config))
         self.config = config
-        self.device = torch.device(config.device)
+        self.device = resolve_device(config.device, f"{saved}: field 'device'")
         self.timings: dict[str, float] = self._read_timings()
 
     # ---- paths, logging, timing ----------------------------------------------------------
@@ -143,25 +160,41 @@ class Run:
     def module_dir(self, *parts: str) -> Path:
         return self.dir.joinpath("modules", *parts)
 
-    @property
+    def refuse_in_bundle(self, what: str) -> None:
+        """Nothing is ever written into a bundle, and it has no data: one line saying so."""
+        if self.bundle is not None:
+            raise RedkitError(f"{self.dir} is a read-only bundle (modules only, no data): {what} needs "
+                              f"the run it was exported from ({self.bundle.get('source', {}).get('run')})")
+
+    @cached_property
     def cache_dir(self) -> Path:
-        return self.dir / "cache"
+        """<run>/cache; a bundle's is a temporary directory removed with the run object, so that
+        evaluating a file with a bundle never writes into it."""
+        if self.bundle is None:
+            return self.dir / "cache"
+        scratch = Path(tempfile.mkdtemp(prefix="redkit-bundle-cache-"))
+        weakref.finalize(self, shutil.rmtree, scratch, True)
+        return scratch
 
     def log(self, row: dict) -> None:
+        if self.bundle is not None:  # a bundle stays as exported
+            return
         with (self.dir / "log.jsonl").open("a", encoding="utf-8") as f:
             f.write(json.dumps({"time": time.time()} | row) + "\n")
 
     def _read_timings(self) -> dict[str, float]:
         path = self.dir / "timings.json"
-        return json.loads(path.read_text()) if path.is_file() else {}
+        return read_json(path, "a timings file") if path.is_file() else {}
 
     def add_time(self, stage: str, seconds: float) -> None:
         self.timings[stage] = self.timings.get(stage, 0.0) + seconds
-        write_json(self.dir / "timings.json", self.timings)
+        if self.bundle is None:  # a bundle's timings stay in memory
+            write_json(self.dir / "timings.json", self.timings)
 
     def record(self, results: dict, wall_start: float) -> dict:
         """`results` with where they came from and the wall time of every stage and of this call
         (since `wall_start`, a perf_counter reading), written to results.json: every benchmark's last step."""
+        self.refuse_in_bundle("writing results.json")
         results = results | {"provenance": provenance(), "wall_seconds_per_stage": dict(self.timings),
                              "wall_seconds_this_call": time.perf_counter() - wall_start}
         write_json(self.dir / "results.json", results)
@@ -171,6 +204,7 @@ class Run:
 
     def prepare_data(self) -> dict:
         """Write the task's data splits once; reruns reuse them."""
+        self.refuse_in_bundle("making data splits")
         if (self.dir / "data" / "splits.json").is_file():
             return json.loads((self.dir / "data" / "splits.json").read_text())
         datasets = generate(self.config.data)
@@ -178,6 +212,7 @@ class Run:
 
     @cached_property
     def splits(self) -> dict[str, list[Example]]:
+        self.refuse_in_bundle("its data splits")
         return {name: read_jsonl(self.dir / "data" / f"{name}.jsonl", answers=self.space.value_range) for name in (*SPLITS, HELDOUT)}
 
     def base_subset(self) -> list[int]:
@@ -229,7 +264,10 @@ class Run:
             if meta.config.get("source_fingerprint") != backbone.source_fingerprint:
                 raise RedkitError(f"{top}: tuned for backbone {meta.config.get('source_fingerprint')}, "
                                   f"but --backbone {backbone.path} is {backbone.source_fingerprint}")
-            backbone.load_top_state_dict(state)
+            try:
+                backbone.load_top_state_dict(state)
+            except RuntimeError as err:  # a hand-edited or foreign file: missing or misshapen tensors
+                raise RedkitError(f"{top}: weights do not fit this backbone's top layers ({str(err).splitlines()[0]})") from None
         return backbone.to(self.device)
 
     @cached_property

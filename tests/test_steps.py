@@ -159,3 +159,21 @@ def test_a_decomposer_trained_on_other_data_is_not_reused(tiny_run):
     """Its test split could hold questions it was trained on."""
     with pytest.raises(RedkitError, match="trained on other data"):
         train_decomposer(tiny_run / "decomposer", DecomposerConfig(n=400), print_fn=lambda _: None)
+
+
+def test_a_steps_bundle_decomposes_and_executes_as_its_run(tiny_run, tmp_path):
+    """The bundle carries the decomposer; with no data, its executor encodes every step itself
+    (the run reads the steps of its splits from its feature cache) and gets the same answers."""
+    from redkit.bundle import export_bundle
+    from redkit.open_run import open_run
+
+    bundle = tmp_path / "bundle"
+    export_bundle(tiny_run, bundle)
+    assert (bundle / "decomposer" / "module" / "model.safetensors").is_file() and not (bundle / "data").exists()
+    rows = [{"question": "What is 12 minus 5 plus 9?", "answer": 16}, {"question": "What is 30 minus 7?", "answer": 23},
+            {"question": "What is 2 minus 50 minus 50 minus 50?", "answer": -148}]
+    path = tmp_path / "plain.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    examples = read_jsonl(path, answers=None)
+    from_run = evaluate_questions(StepsRun(tiny_run), examples, ["red", "red_uniform"])
+    assert evaluate_questions(open_run(bundle), examples, ["red", "red_uniform"]) == from_run

@@ -14,6 +14,7 @@ API; this module is the one error boundary (a RedkitError prints one line and ex
     redkit add-domain --run RUN --data NEWDIR                        (a fit run: one more domain's expert)
     redkit eval --run DIR --data FILE.jsonl [--composition NAME]
     redkit predict --run DIR "What is 12 plus 27?"
+    redkit export --run DIR --out BUNDLE [--heads]                   (what inference needs + manifest.json)
     redkit study noise|ablation|seeds|complexity ...
     redkit analyze routing --run DIR [...]
     redkit report --run DIR                                          (report.html: the run and its studies)
@@ -34,7 +35,7 @@ from redkit.cli.command import COMMANDS  # noqa: E402
 from redkit.cli.options import add_config_option, apply_config  # noqa: E402
 
 # Registration order is the order `redkit --help` lists the commands in.
-from redkit.cli import data, reproduce, fit, train, add, evaluate, predict, report, analyze, study  # noqa: E402,F401
+from redkit.cli import data, reproduce, fit, train, add, evaluate, predict, export, report, analyze, study  # noqa: E402,F401
 
 
 def build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParser]]:

@@ -16,7 +16,12 @@ def _options(p: argparse.ArgumentParser) -> None:
 def run(args) -> None:
     from redkit.api import load
 
-    result = load(args.run).evaluate(args.data, args.composition)
+    fitted = load(args.run)
+    if not args.composition:
+        missing = fitted.compositions()[1]
+        if missing:
+            print(f"not in this bundle: {', '.join(missing)} (export with --heads)")
+    result = fitted.evaluate(args.data, args.composition)
     if "compositions" in result:  # a steps run: questions decomposed and executed
         _print_steps(args.data, result)
         return

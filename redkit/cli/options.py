@@ -139,6 +139,8 @@ def read_config(path: Path) -> dict:
         raise RedkitError(f"{path}: config file not found") from None
     except (yaml.YAMLError, UnicodeDecodeError) as err:
         raise RedkitError(f"{path}: not a YAML file ({' '.join(str(err).split())})") from None
+    except RecursionError:  # PyYAML recurses once per nesting level: "[[[[..." a few thousand deep
+        raise RedkitError(f"{path}: not a YAML file (nested too deeply)") from None
     if raw is None:
         return {}
     if not isinstance(raw, dict):

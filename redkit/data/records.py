@@ -48,6 +48,7 @@ class Example:
 
 
 def _int_field(value: Any, where: str, field: str) -> int:
+    # Values are quoted cut to 60 characters: a 5,000-digit number would otherwise fill the line.
     if isinstance(value, bool):
         raise RedkitError(f"{where}: field '{field}' must be an integer, got {value!r}")
     if isinstance(value, int):
@@ -55,8 +56,21 @@ def _int_field(value: Any, where: str, field: str) -> int:
     if isinstance(value, float) and value.is_integer():
         return int(value)
     if isinstance(value, str) and re.fullmatch(r"[+-]?\d+", value.strip(), re.ASCII):
-        return int(value.strip())
-    raise RedkitError(f"{where}: field '{field}' must be an integer, got {value!r}")
+        try:
+            return int(value.strip())
+        except ValueError:  # Python refuses to convert more than 4,300 digits (CVE-2020-10735)
+            raise RedkitError(f"{where}: field '{field}' has {len(value.strip())} digits, far too many for an integer") from None
+    raise RedkitError(f"{where}: field '{field}' must be an integer, got {_short(value)}")
+
+
+def _short(value: Any) -> str:
+    """repr of a field's value for an error line, cut to 60 characters (a value may be a huge or
+    deeply nested JSON structure, whose repr could even exceed the recursion limit)."""
+    try:
+        text = repr(value)
+    except RecursionError:
+        text = f"a {type(value).__name__} nested too deeply"
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 AnswerRange = tuple[int, int] | None  # inclusive bounds an answer must lie in; None: any integer
@@ -85,7 +99,7 @@ def parse_record(obj: Any, where: str, default_id: int, answers: AnswerRange = V
                 raise RedkitError(f"{where}: field '{field}': {err}") from None
             if given != label:
                 range_name = DOMAIN_NAMES[label] if label is not None else f"outside {MIN_ANSWER}..{MAX_ANSWER}, no range"
-                raise RedkitError(f"{where}: field '{field}' = {obj[field]!r} does not match answer {answer} ({range_name})")
+                raise RedkitError(f"{where}: field '{field}' = {_short(obj[field])} does not match answer {answer} ({range_name})")
     num_ops = _int_field(obj.get("num_ops", obj.get("num_steps", 0)), where, "num_ops")
     return Example(
         id=_int_field(obj.get("id", default_id), where, "id"),
@@ -116,9 +130,14 @@ def jsonl_objects(path: str | Path) -> Iterator[tuple[str, Any]]:
             if not line.strip():
                 continue
             try:
-                yield where, json.loads(line)
+                obj = json.loads(line)
             except json.JSONDecodeError as err:
                 raise RedkitError(f"{where}: malformed JSON ({err.msg} at column {err.colno})") from None
+            except ValueError:  # a number literal of more than 4,300 digits
+                raise RedkitError(f"{where}: a number with far too many digits") from None
+            except RecursionError:
+                raise RedkitError(f"{where}: JSON nested too deeply") from None
+            yield where, obj
 
 
 def read_jsonl(path: str | Path, answers: AnswerRange = VOCABULARY) -> list[Example]:

@@ -40,6 +40,7 @@ def parse_domain(name: str) -> int:
         return DOMAIN_NAMES.index(text)
     if text.upper() in SHORT_NAMES:
         return SHORT_NAMES.index(text.upper())
-    if text.isdigit() and int(text) < NUM_DOMAINS:
+    # ASCII and short: "²".isdigit() yet int("²") fails, and int() refuses over 4,300 digits
+    if text.isascii() and text.isdigit() and len(text) < 4 and int(text) < NUM_DOMAINS:
         return int(text)
-    raise RedkitError(f"unknown domain {name!r} (expected one of {', '.join(DOMAIN_NAMES)} or R1..R5)")
+    raise RedkitError(f"unknown domain {text[:40]!r} (expected one of {', '.join(DOMAIN_NAMES)} or R1..R5)")

@@ -6,16 +6,17 @@ the backbone fingerprint and the dimensions and refuses a mismatch with one clea
 trained on another backbone's features would silently compute nonsense.
 """
 
-import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import torch
+from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 from torch import nn
 
 from redkit.atomic import atomic_path, write_json
 from redkit.errors import RedkitError
+from redkit.jsonfile import read_json
 from redkit.modules.layers import MODULES
 
 CONFIG, WEIGHTS = "config.json", "model.safetensors"
@@ -61,10 +62,34 @@ def read_meta(path: str | Path) -> ModuleMeta:
 
 def parse_meta(file: Path) -> ModuleMeta:
     """A module's JSON config -> ModuleMeta; anything else is one clear error naming the file."""
+    raw = read_json(file, "a redkit module config")
     try:
-        return ModuleMeta(**json.loads(file.read_text()))
-    except (json.JSONDecodeError, TypeError) as err:
-        raise RedkitError(f"{file}: not a redkit module config ({err})") from None
+        meta = ModuleMeta(**raw)
+    except TypeError as err:
+        raise RedkitError(f"{file}: not a redkit module config ({str(err).splitlines()[0]})") from None
+    # Each field's type, checked once here: a hand-edited config with "config": [] or a numeric
+    # kind would otherwise fail later, far from the file, with an AttributeError.
+    for name, types in (("kind", str), ("config", dict), ("backbone_fingerprint", str), ("metrics", dict)):
+        if not isinstance(getattr(meta, name), types):
+            raise RedkitError(f"{file}: field '{name}' must be a {types.__name__}, got {getattr(meta, name)!r:.60}")
+    return meta
+
+
+def read_weights(file: Path) -> dict[str, torch.Tensor]:
+    """A safetensors file's tensors; a file cut short or not safetensors at all, and weights that are
+    NaN or infinite (a diverged training, a corrupted copy), are one line naming the file: loaded,
+    they would only surface as every prediction silently becoming class 0."""
+    try:
+        state = load_file(str(file))
+    except (SafetensorError, OSError) as err:
+        raise RedkitError(f"{file}: not a readable safetensors file, truncated or corrupted ({err}); "
+                          "re-export or retrain this module") from None
+    for name, tensor in state.items():
+        # The sum is finite when every entry is (10x cheaper than isfinite over the tensor); only a
+        # non-finite sum, which large finite weights can also give, needs the entry-wise check.
+        if tensor.is_floating_point() and not torch.isfinite(tensor.sum()) and not bool(torch.isfinite(tensor).all()):
+            raise RedkitError(f"{file}: tensor {name!r} holds NaN or infinite values; retrain this module")
+    return state
 
 
 def check_fingerprint(path: str | Path, meta: ModuleMeta, fingerprint: str | None) -> None:
@@ -78,7 +103,7 @@ def load_state(path: str | Path, fingerprint: str | None = None) -> tuple[dict[s
     path = Path(path)
     meta = read_meta(path)
     check_fingerprint(path, meta, fingerprint)
-    return load_file(str(path / WEIGHTS)), meta
+    return read_weights(path / WEIGHTS), meta
 
 
 def load_module(path: str | Path, fingerprint: str | None = None, dim: int | None = None) -> tuple[nn.Module, ModuleMeta]:
@@ -87,7 +112,10 @@ def load_module(path: str | Path, fingerprint: str | None = None, dim: int | Non
     if dim is not None and meta.config.get("dim") != dim:
         raise RedkitError(f"{path}: module expects features of width {meta.config.get('dim')}, the backbone gives {dim}")
     cls = MODULES[meta.kind]
-    module = cls(cls.Config(**meta.config))
+    try:
+        module = cls(cls.Config(**meta.config))
+    except (TypeError, ValueError) as err:
+        raise RedkitError(f"{path / CONFIG}: field 'config' does not describe a {meta.kind} ({str(err).splitlines()[0]})") from None
     try:
         module.load_state_dict(state)
     except RuntimeError as err:

@@ -79,7 +79,10 @@ class StepsRun(Run):
     def step_features(self) -> dict[str, torch.Tensor]:
         """Question text -> (d,) features of every operation question of train, val and test, from
         the feature cache: a resolved step ("What is 56 minus 36?") is phrased exactly as these, and
-        they hold every valid step, so the executor encodes only what lies outside the data."""
+        they hold every valid step, so the executor encodes only what lies outside the data. A bundle
+        has no data: its executor encodes every step it meets."""
+        if self.bundle is not None:
+            return {}
         known: dict[str, torch.Tensor] = {}
         for split in SPLITS:
             examples = self.splits[split]
@@ -94,6 +97,7 @@ class StepsRun(Run):
 
     def prepare_data(self) -> dict:
         """Each operation's data, generated alone, then pooled per split (ids renumbered)."""
+        self.refuse_in_bundle("making data splits")
         path = self.dir / "data" / "splits.json"
         if path.is_file():
             return json.loads(path.read_text())

@@ -1,0 +1,121 @@
+"""`redkit export`: the part of a trained run that inference needs, as a self-checking bundle.
+
+A bundle is a subset of the run directory, laid out as the run is (so `open_run` opens it as its
+own kind of run, read-only):
+
+    config.json                      the run's config (a steps run's decomposer_dir pointed inside)
+    modules/<module>/{config.json, model.safetensors}
+                                     tuned top layers, classifier, experts, router, gate;
+                                     heads/ only with `heads=True` (the moe, oracle, uniform and
+                                     global_full compositions need them)
+    decomposer/module/...            a steps run's step decomposer
+    manifest.json                    redkit/bundle/manifest.py
+
+Never data/, cache/, logs, checkpoints, studies or reports: only module files (safetensors + their
+JSON config) and JSON. Built in a temporary directory beside `out` and renamed into place, so
+`out` is either absent or a complete bundle.
+"""
+
+import shutil
+import tempfile
+from pathlib import Path
+
+from redkit.atomic import write_json
+from redkit.bundle.manifest import FORMAT, MANIFEST, file_entry, is_bundle, redkit_version
+from redkit.errors import RedkitError
+from redkit.jsonfile import read_json
+from redkit.modules.store import CONFIG, WEIGHTS, module_exists, parse_meta
+
+HEADS = "heads"  # modules/heads/: exported only when asked for
+
+
+def _modules(run: Path, heads: bool) -> list[Path]:
+    """Every module directory under <run>/modules, relative to the run (heads/ only if asked)."""
+    found = sorted(cfg.parent.relative_to(run) for cfg in (run / "modules").rglob(CONFIG) if module_exists(cfg.parent))
+    return [m for m in found if heads or m.parts[1] != HEADS]
+
+
+def _decomposer_module(run: Path, config: dict) -> Path | None:
+    """A steps run's trained decomposer module directory (its decomposer_dir, or <run>/decomposer)."""
+    if config.get("task") != "steps":
+        return None
+    where = Path(config["decomposer_dir"]) if config.get("decomposer_dir") else run / "decomposer"
+    for path in (where / "module", where):
+        if module_exists(path):
+            return path
+    raise RedkitError(f"{where}: this steps run has no trained decomposer to export")
+
+
+def _scalars(metrics: dict) -> dict:
+    """Per composition, its top-level numbers (n, accuracy, ...), without the per-range breakdown."""
+    return {name: {k: v for k, v in m.items() if isinstance(v, (int, float)) or v is None}
+            for name, m in metrics.items() if isinstance(m, dict)}
+
+
+def _test_metrics(results: dict) -> dict:
+    """The run's test-split numbers as results.json has them (a steps run: single steps, executed
+    programs, Task 2 by decomposition)."""
+    if "single_step" in results:
+        return {"single_step": _scalars(results["single_step"].get("splits", {}).get("test", {})),
+                "execution": results.get("execution"),
+                "task2": {name: m.get("all") for name, m in results.get("task2", {}).get("compositions", {}).items()}}
+    return _scalars(results.get("splits", {}).get("test", {}))
+
+
+def _backbone(run: Path, config: dict) -> dict:
+    """The fingerprints a bundle's modules were trained against: the source backbone's and the
+    tuned one's (the features' fingerprint every module checks on load)."""
+    top = run / "modules" / "backbone_top" / CONFIG
+    classifier = run / "modules" / "classifier" / CONFIG
+    return {"path": (config.get("backbone") or {}).get("path"),
+            "source_fingerprint": parse_meta(top).config.get("source_fingerprint") if top.is_file() else None,
+            "fingerprint": parse_meta(classifier).backbone_fingerprint if classifier.is_file() else None}
+
+
+def export_bundle(run: str | Path, out: str | Path, heads: bool = False) -> dict:
+    """Write the bundle of `run` to `out` (which must not exist); returns its manifest."""
+    run, out = Path(run), Path(out)
+    if is_bundle(run):
+        raise RedkitError(f"{run}: already a bundle; export from the run it was made from")
+    if not (run / "config.json").is_file():
+        raise RedkitError(f"{run}: not a redkit run (no config.json)")
+    if out.exists():
+        raise RedkitError(f"{out}: already exists; choose another --out or delete it")
+    config = read_json(run / "config.json", "a redkit run config")
+    results = read_json(run / "results.json", "a results file") if (run / "results.json").is_file() else {}
+    if not isinstance(config, dict) or not isinstance(results, dict):
+        raise RedkitError(f"{run}: config.json and results.json must hold JSON objects")
+    modules = _modules(run, heads)
+    if not modules:
+        raise RedkitError(f"{run}: no trained modules to export (has the run finished?)")
+    decomposer = _decomposer_module(run, config)
+
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.", suffix=".tmp"))
+    try:
+        copies = {m / name: run / m / name for m in modules for name in (CONFIG, WEIGHTS)}
+        if decomposer is not None:
+            copies |= {Path("decomposer", "module", name): decomposer / name for name in (CONFIG, WEIGHTS)}
+            config = config | {"decomposer_dir": None}  # the bundle's own decomposer/, wherever the run kept it
+        for relative, source in copies.items():
+            (tmp / relative).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(source, tmp / relative)
+        write_json(tmp / "config.json", config)
+        files = {str(rel): file_entry(tmp / rel) for rel in sorted([Path("config.json"), *copies])}
+        manifest = {"format": FORMAT, "redkit_version": redkit_version(), "kind": config.get("task", "digits"),
+                    "heads": heads, "files": files, "backbone": _backbone(run, config),
+                    "test_metrics": _test_metrics(results),
+                    "source": {"run": str(run.resolve()),
+                               "git_commit": (results.get("provenance") or {}).get("git_commit")}}
+        write_json(tmp / MANIFEST, manifest)  # last: a directory with a manifest is a complete bundle
+        tmp.rename(out)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return manifest
+
+
+def describe(out: Path, manifest: dict) -> str:
+    """One line on what `export_bundle` wrote: files, bytes and what the bundle can compose."""
+    size = sum(entry["size"] for entry in manifest["files"].values())
+    heads = "with heads (every composition)" if manifest["heads"] else "without heads (moe, oracle, uniform, global_full: export with --heads)"
+    return f"wrote {out}: {len(manifest['files'])} files, {size / 1e6:.1f} MB, {heads}"
