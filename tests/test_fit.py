@@ -84,6 +84,19 @@ def test_api_predict_and_load(fitted):
         assert list(p.weights) == list(run.domains) and abs(sum(p.weights.values()) - 1) < 1e-5
 
 
+def test_a_bundle_of_a_fit_run_predicts_and_evaluates_as_the_run(fitted, tmp_path, capsys):
+    import redkit
+
+    data, run_dir, _ = fitted
+    code, _, err = run_cli(["export", "--run", run_dir, "--out", tmp_path / "bundle", "--heads"], capsys)
+    assert code == 0, err
+    run, bundle = redkit.load(run_dir), redkit.load(tmp_path / "bundle")
+    texts = ["refund the fee on my card", "give me a recipe for soup"]
+    assert run.predict(texts) == bundle.predict(texts)
+    assert run.evaluate(data / "test.jsonl") == bundle.evaluate(data / "test.jsonl")
+    assert not (tmp_path / "bundle" / "cache").exists()  # nothing written into the bundle
+
+
 def test_eval_counts_an_unseen_label_as_wrong(fitted, tmp_path, capsys):
     import redkit
 

@@ -20,6 +20,7 @@ from redkit.data.records import jsonl_objects
 from redkit.errors import RedkitError
 
 INTEGER = re.compile(r"[+-]?\d+", re.ASCII)
+MAX_DIGITS = 1000  # an integer label longer than this is refused (Python converts at most 4,300 digits)
 
 
 @dataclass(frozen=True)
@@ -58,6 +59,8 @@ class LabelReader:
         if not text:
             raise RedkitError(f"{where}: field '{field}' is empty")
         if isinstance(value, int) or INTEGER.fullmatch(text):
+            if len(text) > MAX_DIGITS:  # int() refuses such strings, and no label needs them
+                raise RedkitError(f"{where}: field '{field}' is a number of {len(text)} digits; a label may have at most {MAX_DIGITS}")
             spelling = repr(value) if isinstance(value, str) else text  # 1 vs '1' vs '01'
             first = self._spelling.setdefault(int(text), (spelling, where))
             if first[0] != spelling:
