@@ -194,19 +194,24 @@ FIT_RECORDS = st.dictionaries(FIT_FIELDS, JSON_VALUES | st.text(alphabet="012345
 CSV_CELLS = st.text(max_size=12) | st.sampled_from(["1", "01", " 7 ", "\x00", '"', "a,b", "\r\n", "9" * 5000])
 
 
-@FUZZ
-@given(st.lists(st.binary(max_size=60) | FIT_RECORDS.map(lambda r: json.dumps(r).encode()), max_size=6))
-def test_the_fit_jsonl_reader_reads_or_refuses_any_bytes(tmp_path, lines):
+def _read_or_refuse(path) -> None:
+    """A fit run's training file: records with text, label and domain, or one RedkitError line."""
     from redkit.fitting.records import Fields, LabelReader, read_records
 
-    path = tmp_path / "train.jsonl"
-    path.write_bytes(b"\n".join(lines))
     try:
         records = read_records(path, Fields(), LabelReader())
     except RedkitError as err:
         assert _is_one_line(err)
     else:
         assert records and all(r.question.strip() and r.answer and r.domain for r in records)
+
+
+@FUZZ
+@given(st.lists(st.binary(max_size=60) | FIT_RECORDS.map(lambda r: json.dumps(r).encode()), max_size=6))
+def test_the_fit_jsonl_reader_reads_or_refuses_any_bytes(tmp_path, lines):
+    path = tmp_path / "train.jsonl"
+    path.write_bytes(b"\n".join(lines))
+    _read_or_refuse(path)
 
 
 @FUZZ
@@ -214,17 +219,10 @@ def test_the_fit_jsonl_reader_reads_or_refuses_any_bytes(tmp_path, lines):
 def test_the_fit_csv_reader_reads_or_refuses_any_table(tmp_path, rows, header):
     import csv
 
-    from redkit.fitting.records import Fields, LabelReader, read_records
-
     path = tmp_path / "train.csv"
     with path.open("w", newline="", encoding="utf-8") as f:
         writer = csv.writer(f)
         if header:
             writer.writerow(["text", "label", "domain"])
         writer.writerows(rows)
-    try:
-        records = read_records(path, Fields(), LabelReader())
-    except RedkitError as err:
-        assert _is_one_line(err)
-    else:
-        assert records and all(r.question.strip() and r.answer and r.domain for r in records)
+    _read_or_refuse(path)
