@@ -78,3 +78,13 @@ def test_every_command_takes_a_config(tmp_path, capsys):
     assert code == 2 and "did you mean 'run'?" in err
     with pytest.raises(RedkitError, match="config file not found"):
         _parse(lambda p: None, ["--config", tmp_path / "missing.yaml"])
+
+
+@pytest.mark.parametrize("argv, key", [(["export", "--run", "r"], "out"), (["eval", "--data", "x.jsonl"], "run")])
+def test_a_required_option_set_to_null_in_the_file_is_one_line(tmp_path, capsys, argv, key):
+    """Found by scripts/fuzz_cli.py: `out: null` satisfied --out's requirement and reached export as None."""
+    file = tmp_path / "c.yaml"
+    file.write_text(f"{key}: null\n")
+    code, _, err = run_cli([*argv, "--config", file], capsys)
+    assert code == 2 and len(err.strip().splitlines()) == 1
+    assert f"key '{key}' is a required option and needs a value" in err

@@ -126,6 +126,8 @@ def apply_config(parser: argparse.ArgumentParser, argv: list[str]) -> None:
             raise RedkitError(f"{path}: unknown key {key!r}" + (f"; did you mean {close[0]!r}?" if close else
                                                                f" (known: {', '.join(sorted(options))})"))
         action = options[name]
+        if value is None and action.required:  # an empty value would reach the command as None
+            raise RedkitError(f"{path}: key {key!r} is a required option and needs a value, not null")
         parser.set_defaults(**{action.dest: _convert(path, key, action, value)})
         action.required = False  # given by the file
 
