@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from conftest import run_cli
 from redkit.errors import RedkitError
 
-FUZZ = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+FUZZ = settings(max_examples=150, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.function_scoped_fixture])
 
 # JSON-like values, nested a little, with the awkward scalars: huge and non-finite numbers, unicode.
 SCALARS = (st.none() | st.booleans() | st.integers() | st.integers(min_value=10**30) | st.floats(allow_nan=True)
@@ -226,3 +226,14 @@ def test_the_fit_csv_reader_reads_or_refuses_any_table(tmp_path, rows, header):
             writer.writerow(["text", "label", "domain"])
         writer.writerows(rows)
     _read_or_refuse(path)
+
+
+@pytest.mark.parametrize("name", ["\r", "a\nb", "\x00"])
+def test_a_manifest_file_name_with_control_characters_is_one_line(tmp_path, name):
+    """Found by the manifest property in CI: a listed name "\r" made a two-line error."""
+    from redkit.bundle.manifest import MANIFEST, verify_bundle
+
+    (tmp_path / MANIFEST).write_text(json.dumps({"format": 1, "files": {name: {"size": 0, "sha256": ""}}}))
+    with pytest.raises(RedkitError, match="not a printable file name") as err:
+        verify_bundle(tmp_path)
+    assert _is_one_line(err.value)

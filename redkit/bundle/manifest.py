@@ -67,6 +67,8 @@ def read_manifest(directory: str | Path) -> dict:
 
 def _inside(directory: Path, relative: str) -> Path:
     """`directory/relative`, refusing a listed path that escapes the bundle (absolute, '..')."""
+    if not relative.isprintable():  # "\r" or "\n" in a name would also break the one-line error below
+        raise RedkitError(f"{directory / MANIFEST}: file path {relative!r} is not a printable file name")
     path = directory / relative
     if Path(relative).is_absolute() or ".." in Path(relative).parts or not relative:
         raise RedkitError(f"{directory / MANIFEST}: file path {relative!r} leaves the bundle")
