@@ -104,20 +104,17 @@ class FittedRun:
         from redkit.steps import StepsRun
 
         path = Path(path)
+        names = list(compositions or self.compositions()[0])
+        for name in names:
+            COMPOSITIONS[name]  # unknown names fail before any work
         if isinstance(self.run, StepsRun):
             from redkit.data.records import read_jsonl
             from redkit.steps.questions import evaluate_questions
 
-            names = list(compositions or self.compositions()[0])
-            for name in names:
-                COMPOSITIONS[name]
             # Any integer answer: a question answered by decomposition is not bound to 2..100.
             return evaluate_questions(self.run, read_jsonl(path, answers=None), names)
         from redkit.pipeline import evaluate_file
 
-        names = list(compositions or self.compositions()[0])
-        for name in names:
-            COMPOSITIONS[name]  # unknown names fail before any work
         return evaluate_file(self.run, ModuleSet(self.run), path, names)
 
 

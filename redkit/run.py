@@ -68,10 +68,10 @@ class StagedConfig:
     train: TrainConfig = field(default_factory=TrainConfig)
     stage_overrides: dict[str, dict] = field(default_factory=lambda: json.loads(json.dumps(DEFAULT_STAGE_OVERRIDES)))
 
-    def cap_epochs(self, max_epochs: int | None) -> None:
-        """Cap every stage's epochs (quick runs); None leaves each stage's own cap."""
+    def cap_epochs(self, max_epochs: int | None, stages: tuple[str, ...] = ("base", "experts", "heads", "router", "gate")) -> None:
+        """Cap the epochs of `stages` (default every one: quick runs); None leaves each stage's own cap."""
         if max_epochs is not None:
-            for stage in ("base", "experts", "heads", "router", "gate"):
+            for stage in stages:
                 self.stage_overrides.setdefault(stage, {})["max_epochs"] = max_epochs
 
     def train_config(self, stage: str) -> TrainConfig:

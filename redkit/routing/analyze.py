@@ -99,9 +99,8 @@ class AnalysisVariant(VariantRun):
                  experts: int | None = None):
         super().__init__(parent, directory, trains, experts=experts)
         self.train_examples = config.train_examples
-        if config.max_epochs:
-            for stage in ("experts", "heads", "router", "gate"):
-                self.config.stage_overrides.setdefault(stage, {})["max_epochs"] = config.max_epochs
+        if config.max_epochs:  # 0: the stages' own caps
+            self.config.cap_epochs(config.max_epochs, stages=("experts", "heads", "router", "gate"))
 
     def split_tensors(self, name: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         h, classes, domains = super().split_tensors(name)

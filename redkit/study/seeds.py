@@ -63,9 +63,7 @@ def replicate_config(config: SeedsConfig, seed: int) -> RunConfig | DigitsConfig
     else:
         n = config.n or TASKS[config.task].default_n
         run_config = RunConfig(task=config.task, seed=seed, data=DataConfig(task=config.task, n=n, seed=config.data_seed))
-    if config.max_epochs is not None:
-        for stage in ("base", "experts", "heads", "router", "gate"):
-            run_config.stage_overrides.setdefault(stage, {})["max_epochs"] = config.max_epochs
+    run_config.cap_epochs(config.max_epochs)
     return run_config
 
 
