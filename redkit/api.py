@@ -69,12 +69,12 @@ class FittedRun:
         composed = compose(composition, modules, h, alpha_router.argmax(dim=-1))
         weights = composed.weights if composed.weights is not None else alpha_router
         probs = composed.probs.cpu()
-        rejected = self._out_of_scope(composition, composed)
+        rejected = self._out_of_scope(composition, composed, h)
         return [Prediction(self._label(int(p.argmax())), float(p.max()), dict(zip(self.domains, map(float, w))),
                            out_of_scope=None if rejected is None else bool(r))
                 for p, w, r in zip(probs, weights.cpu(), rejected if rejected is not None else [None] * len(probs))]
 
-    def _out_of_scope(self, composition: str, composed):
+    def _out_of_scope(self, composition: str, composed, h):
         """(N,) bool: below the composition's OOS threshold (`<run>/oos.json`, chosen on val +
         OOS validation texts by `redkit fit --oos`), or None where the run has none for it."""
         from redkit.jsonfile import read_json
@@ -85,7 +85,8 @@ class FittedRun:
         chosen = read_json(path, "an OOS threshold file").get(composition) if path.is_file() else None
         if chosen is None:
             return None
-        score = score_table(composed.probs, composed.weights)[chosen["score"]]
+        bank = self.run.split_tensors("train")[0].to(composed.probs.device) if chosen["score"] == "knn" else None
+        score = score_table(composed.probs, composed.weights, h, bank)[chosen["score"]]
         return (score < chosen["threshold"]).cpu().tolist()
 
     def _predict_steps(self, text: str, composition: str) -> Prediction:
@@ -161,7 +162,7 @@ def _check_router_options(router: str, options: dict) -> None:
 def fit(data_dir: str | Path, out: str | Path, *, text_field: str = "text", label_field: str = "label",
         domain_field: str = "domain", backbone: str | Path | None = None, pooling: str = "mean",
         trainable_layers: int = 2, rank: int = 0, device: str = "cpu", precision: str = "fp32", seed: int = 0,
-        base_fraction: float = 0.1, val_fraction: float = 0.1, router: str = "dense", max_epochs: int | None = None,
+        base_fraction: float = 1.0, val_fraction: float = 0.1, router: str = "dense", max_epochs: int | None = None,
         eval_files: Sequence[str | Path] = (), oos: str | Path | None = None, data_format: str = "files",
         references: Sequence[str] = ("joint", "linear_probe"), router_options: dict | None = None,
         print_fn=print) -> FittedRun:

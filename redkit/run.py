@@ -291,9 +291,13 @@ class Run:
 
     def features(self, name: str, examples: list[Example]) -> torch.Tensor:
         """(N, d) pooled features of `examples` with the tuned backbone (cached)."""
+        return self.text_features(name, [ex.question for ex in examples])
+
+    def text_features(self, name: str, texts: list[str]) -> torch.Tensor:
+        """(N, d) pooled features of bare texts (out-of-scope queries have no label) with the tuned backbone (cached)."""
         if not module_exists(self.module_dir("backbone_top")):
             raise RedkitError(f"{self.module_dir('backbone_top')}: missing; stage base has not run yet, so there is no tuned backbone")
-        return cached_features(self.cache_dir, self.backbone, [ex.question for ex in examples], name)
+        return cached_features(self.cache_dir, self.backbone, texts, name)
 
     @cached_property
     def space(self) -> LabelSpace:

@@ -88,7 +88,7 @@ def _oos_section(results: dict, config: dict) -> list[str]:
     oos = results.get("oos")
     if not oos:
         return []
-    out = ["## Out-of-scope queries (oos-threshold: threshold chosen on val + oos_val)", ""]
+    out = ["## Out-of-scope queries (oos-threshold: the threshold of the best accuracy on val + oos_val, OOS as one more class)", ""]
     if oos.get("test"):
         out += [markdown_table(["Method", "Score", "Threshold", "In-scope accuracy", "OOS recall", "AUROC"],
                                [[LABELS.get(n, n), m["score"], f"{m['threshold']:.4f}", _f(m["in_scope_accuracy"]),

@@ -13,8 +13,8 @@ import torch
 
 from redkit.atomic import write_json
 from redkit.compositions import NEEDS_DOMAIN, compose
-from redkit.oos.scores import score_table
-from redkit.oos.threshold import choose_threshold, oos_metrics, rates, tradeoff_curve
+from redkit.oos.scores import nearest_similarity, score_table
+from redkit.oos.threshold import choose_threshold, oos_metrics, pooled_accuracy, tradeoff_curve
 
 OOS_FILE = "oos.json"
 
@@ -23,13 +23,17 @@ def _scored(run, modules, names: list[str], split: str, examples: list | None, o
     """{name: (in-scope scores {score: (N,)}, correct (N,), OOS scores {score: (M,)})} of one split."""
     texts = run.oos_texts[oos_split]
     h_in = run.features(split, examples).to(run.device)
-    h_out = run.features(oos_split, [_Text(t) for t in texts]).to(run.device)
+    h_out = run.text_features(oos_split, texts).to(run.device)
     truth = run.classes(examples).numpy()
+    bank = run.split_tensors("train")[0].to(run.device)  # (M, d): what the compositions were trained on
+    knn_in, knn_out = nearest_similarity(h_in, bank), nearest_similarity(h_out, bank)  # one per split, not per composition
     out = {}
     for name in names:
         composed_in = compose(name, modules, h_in, torch.zeros(len(h_in), dtype=torch.long, device=run.device))
         composed_out = compose(name, modules, h_out, torch.zeros(len(h_out), dtype=torch.long, device=run.device))
-        out[name] = _entry(composed_in.probs, composed_in.weights, composed_out.probs, composed_out.weights, truth)
+        scores_in, correct, scores_out = _entry(composed_in.probs, composed_in.weights, composed_out.probs,
+                                                composed_out.weights, truth)
+        out[name] = (scores_in | {"knn": knn_in.cpu().numpy()}, correct, scores_out | {"knn": knn_out.cpu().numpy()})
     if run.config.references and run.bundle is None:
         from redkit.references import REFERENCES
 
@@ -38,13 +42,6 @@ def _scored(run, modules, names: list[str], split: str, examples: list | None, o
             probs_out = REFERENCES[name].probs(run, oos_split, texts)
             out[name] = _entry(probs_in, None, probs_out, None, truth)
     return out
-
-
-class _Text:
-    """A bare text, where run.features expects records with a `question`."""
-
-    def __init__(self, text: str):
-        self.question = text
 
 
 def _entry(probs_in, weights_in, probs_out, weights_out, truth: np.ndarray) -> tuple:
@@ -66,7 +63,7 @@ def evaluate_oos(run, modules, names: list[str]) -> dict:
         best = None
         for score in scores_in:
             tau = choose_threshold(scores_in[score], correct, scores_out[score])
-            objective = sum(rates(tau, scores_in[score], correct, scores_out[score]))
+            objective = pooled_accuracy(tau, scores_in[score], correct, scores_out[score])
             if best is None or objective > best[0]:
                 best = (objective, score, tau)
         _, score, tau = best

@@ -58,7 +58,9 @@ def _joint_model(run) -> tuple[Backbone, torch.nn.Module]:
 def joint_probs(run, name: str, texts: list[str]) -> torch.Tensor:
     """(N, C) softmax of the joint classifier over the joint backbone's pooled features."""
     backbone, classifier = _joint_model(run)
-    h = cached_features(run.cache_dir, backbone, texts, f"joint-{name}").to(run.device)
+    # With the base as the joint model its features are the run's own (one cache file, not two).
+    h = run.text_features(name, texts) if base_is_joint(run) else cached_features(run.cache_dir, backbone, texts, f"joint-{name}")
+    h = h.to(run.device)
     return F.softmax(classifier(h), dim=-1).cpu()
 
 
