@@ -7,7 +7,6 @@ import torch
 from redkit.errors import RedkitError
 from redkit.modules.layers import MODULES, ROUTERS
 from redkit.modules.store import ModuleMeta, load_module, save_module
-from redkit.routing.routers import route
 from redkit.routing.routers.free import ArrowRouter, PrototypeRouter
 from redkit.routing.routers.spectra import sinkhorn
 
@@ -36,12 +35,12 @@ def test_every_trained_router_routes_apart_from_the_experts(name):
     h = torch.randn(N, D)
     for training in (True, False):
         router.train(training)
-        out = route(router, h)
+        out = router.route(h)
         assert out.weights.shape == (N, K) and out.probs.shape == (N, K) and out.logits.shape == (N, K)
         assert out.selected.dim() == 2 and out.selected.shape[0] == N and int(out.selected.max()) < K
         assert (out.weights >= 0).all() and out.aux_loss.dim() == 0
         assert torch.allclose(out.probs.sum(dim=1), torch.ones(N), atol=1e-5)
-    assert torch.equal(router(h), route(router, h).logits)  # forward = logits: a drop-in for the dense router
+    assert torch.equal(router(h), router.route(h).logits)  # forward = logits: a drop-in for the dense router
 
 
 def test_unknown_router_has_did_you_mean():
