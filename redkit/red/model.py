@@ -134,7 +134,8 @@ class REDModel(nn.Module):
             return self.router
         if isinstance(part, int) and 0 <= part < len(self.experts):
             return self.experts[part]
-        raise RedkitError(f"unknown RED part {part!r}: expected 'classifier', 'router', 'all' or an expert 0..{len(self.experts) - 1}")
+        raise RedkitError(f"unknown RED part {part!r}: expected 'classifier', 'router', 'all' "
+                          f"or an expert 0..{len(self.experts) - 1}")
 
     def train_part(self, part: Part) -> list[nn.Parameter]:
         """Freeze everything but `part` and return its parameters (for an optimizer)."""
