@@ -62,13 +62,11 @@ def from_run(cls, run, kind: str):
         from redkit.open_run import open_run
 
         run = open_run(Path(run))
-    from redkit.api import FittedRun
-
     def load(*parts: str):
         return load_module(run.module_dir(*parts), run.fingerprint, run.feature_dim)[0]
 
     model = cls.from_parts(load("classifier"), [load("experts", kind, name) for name in run.space.domains],
-                           tuple(run.space.domains), router=load("router"), labels=FittedRun(run).labels,
+                           tuple(run.space.domains), router=load("router"), labels=run.space.class_names(),
                            pooling=run.config.backbone.pooling)
     model.card = run_card(run)
     return model.to(run.device).eval()
