@@ -15,14 +15,20 @@ __version__ = "0.1.0"
 if platform.machine().lower() in ("x86_64", "amd64"):
     os.environ.setdefault("ATEN_CPU_CAPABILITY", "avx2")
 
-__all__ = ["fit", "load", "FittedRun", "Prediction"]
+_API = ("fit", "load", "FittedRun", "Prediction")  # redkit.api
+_RED = ("REDConfig", "REDModel", "get_red_model")  # redkit.red
+__all__ = [*_API, *_RED]
 
 
 def __getattr__(name: str):
-    """`redkit.fit`, `redkit.load`, ...: the Python API (redkit.api), imported on first use so that
-    `import redkit` stays cheap (no torch)."""
-    if name in __all__:
+    """`redkit.fit`, `redkit.REDModel`, ...: the Python API (redkit.api) and the RED module
+    (redkit.red), imported on first use so that `import redkit` stays cheap (no torch)."""
+    if name in _API:
         from redkit import api
 
         return getattr(api, name)
+    if name in _RED:
+        from redkit import red
+
+        return getattr(red, name)
     raise AttributeError(f"module 'redkit' has no attribute {name!r}")

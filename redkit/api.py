@@ -64,7 +64,7 @@ class FittedRun:
         modules = ModuleSet(self.run)
         h = encode(self.run.backbone, texts).to(self.run.device)  # (N, d)
         with torch.no_grad():
-            alpha_router = torch.softmax(modules.router()(h), dim=-1)  # (N, K)
+            alpha_router = modules.router().route(h).probs  # (N, K) the router's full distribution
         # The router's top domain stands in for the true one that the oracle compositions take.
         composed = compose(composition, modules, h, alpha_router.argmax(dim=-1))
         weights = composed.weights if composed.weights is not None else alpha_router

@@ -29,6 +29,8 @@ from torch.nn import functional as F
 
 from redkit.errors import RedkitError
 from redkit.modules.store import load_module, module_exists
+from redkit.red import REDModel
+from redkit.red.layer import weighted
 from redkit.registry import Registry
 
 if TYPE_CHECKING:
@@ -58,6 +60,7 @@ class ModuleSet:
     def __init__(self, run: "Run"):
         self.run = run
         self._loaded: dict[str, nn.Module] = {}
+        self._red: dict[str, REDModel] = {}
 
     def _load(self, *parts: str) -> nn.Module:
         key = "/".join(parts)
@@ -84,6 +87,13 @@ class ModuleSet:
     def global_head(self) -> nn.Module:
         return self._load("heads", "global_full")
 
+    def red(self, kind: str) -> REDModel:
+        """The run's RED model over its `kind` experts (residual, or logit: red_logits), without the
+        router: a composition gives it α (the router's, the true domain, 1/K)."""
+        if kind not in self._red:
+            self._red[kind] = REDModel.from_parts(self.classifier(), self.experts(kind), tuple(self.run.space.domains))
+        return self._red[kind]
+
     def router(self) -> nn.Module:
         return self._load("router")
 
@@ -109,18 +119,17 @@ def _head_probs(modules: ModuleSet, h: torch.Tensor) -> torch.Tensor:
     return torch.stack([F.softmax(head(h), dim=-1) for head in modules.heads()], dim=1)  # (N, K, C)
 
 
-def _residuals(modules: ModuleSet, h: torch.Tensor) -> torch.Tensor:
-    return torch.stack([expert(h) for expert in modules.experts("residual")], dim=1)  # (N, K, d)
-
-
-def _logit_corrections(modules: ModuleSet, h: torch.Tensor) -> torch.Tensor:
-    return torch.stack([expert(h) for expert in modules.experts("logit")], dim=1)  # (N, K, C)
+def _red_mixture(kind: str) -> Mixture:
+    """RED's mixture, run by the one REDModel: its experts' updates (N, K, ·), then softmax of its mix."""
+    return Mixture(lambda m, h: m.red(kind).expert_updates(h),
+                   lambda m, h, updates, alpha: F.softmax(m.red(kind).mix(h, updates, alpha), dim=-1))
 
 
 def _expert_logits(modules: ModuleSet, h: torch.Tensor) -> torch.Tensor:
-    """(N, K, C): C(h + Δh_i(h)), what the shared classifier says with expert i alone."""
-    classifier = modules.classifier()
-    return torch.stack([classifier(h + expert(h)) for expert in modules.experts("residual")], dim=1)
+    """(N, K, C): C(h + Δh_i(h)), what the shared classifier says with expert i alone (REDModel's
+    per-expert hidden states through its classifier)."""
+    red = modules.red("residual")
+    return red.classifier(red.expert_hidden(h))
 
 
 def _within_domains(modules: ModuleSet, h: torch.Tensor, logits: torch.Tensor, alpha: torch.Tensor) -> torch.Tensor:
@@ -128,21 +137,16 @@ def _within_domains(modules: ModuleSet, h: torch.Tensor, logits: torch.Tensor, a
     label's probability comes from its own domain's expert only, weighted by that domain's α."""
     mask = modules.run.space.domain_mask().to(logits.device)  # (K, C)
     within = F.softmax(logits.masked_fill(~mask, float("-inf")), dim=-1)  # (N, K, C), 0 outside domain i
-    return _weighted(within, alpha)
-
-
-def _weighted(outputs: torch.Tensor, alpha: torch.Tensor) -> torch.Tensor:
-    """Σ_i α_i outputs_i: (N, K, ·), (N, K) -> (N, ·)."""
-    return (alpha.unsqueeze(-1) * outputs).sum(dim=1)
+    return weighted(within, alpha)
 
 
 MIXTURES: dict[str, Mixture] = {
     # Σ_i α_i softmax(E_i(h)): the baselines' full heads
-    "heads": Mixture(_head_probs, lambda m, h, probs, alpha: _weighted(probs, alpha)),
+    "heads": Mixture(_head_probs, lambda m, h, probs, alpha: weighted(probs, alpha)),
     # softmax(C(h + Σ_i α_i Δh_i(h))): RED
-    "residual": Mixture(_residuals, lambda m, h, deltas, alpha: F.softmax(m.classifier()(h + _weighted(deltas, alpha)), dim=-1)),
+    "residual": _red_mixture("residual"),
     # softmax(C(h) + Σ_i α_i W_i h): the original code's logit-space residual
-    "logit": Mixture(_logit_corrections, lambda m, h, dz, alpha: F.softmax(m.classifier()(h) + _weighted(dz, alpha), dim=-1)),
+    "logit": _red_mixture("logit"),
     # Σ_i α_i softmax_{y∈D_i}(C(h + Δh_i(h))): RED with the label structure (each label in one domain)
     "within": Mixture(_expert_logits, _within_domains),
 }
@@ -166,10 +170,9 @@ def router_logits(modules: ModuleSet, router: str, h: torch.Tensor) -> torch.Ten
 
 
 def router_alpha(modules: ModuleSet, router: str, h: torch.Tensor) -> torch.Tensor:
-    """(N, K) α of the run's router or gate: softmax of its logits, or, for a router of the zoo
-    (`route`), the weights it routes with (sparse for top-k, capacity and expert-choice routers)."""
-    module = getattr(modules, router)()
-    return module.route(h).weights if hasattr(module, "route") else F.softmax(module(h), dim=-1)
+    """(N, K) α of the run's router or gate: the weights it routes with (the dense router's softmax;
+    sparse for top-k, capacity and expert-choice routers)."""
+    return getattr(modules, router)().route(h).weights
 
 
 def one_hot_alpha(labels: torch.Tensor, k: int) -> torch.Tensor:

@@ -93,6 +93,10 @@ class LabelSpace:
             return str(names[cls]) if isinstance(cls, int) else names[np.asarray(cls)]
         return cls + self.first_value
 
+    def class_names(self) -> tuple[str, ...]:
+        """Every class's name, in class order: its label, or its value written out."""
+        return self.labels or tuple(str(self.value_of(c)) for c in range(self.num_classes))
+
     @property
     def label_index(self) -> dict[str, int]:
         index = self.__dict__.get("_label_index")

@@ -84,6 +84,36 @@ def test_api_predict_and_load(fitted):
         assert list(p.weights) == list(run.domains) and abs(sum(p.weights.values()) - 1) < 1e-5
 
 
+def test_readme_red_module_block_on_the_run_predicts_what_the_api_predicts(fitted, tmp_path, monkeypatch, capsys):
+    """The README's second block under "RED in your own training loop" runs as written on the fitted
+    run: the RED model saved, loaded with from_pretrained and put around the run's backbone gives
+    the API's labels, probabilities and expert weights on raw text."""
+    import torch
+
+    import redkit
+    from test_red import readme_block
+
+    _, run_dir, _ = fitted
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "runs").mkdir()
+    (tmp_path / "runs" / "topics").symlink_to(run_dir)
+    names: dict = {}
+    exec(compile(readme_block("## RED in your own training loop", 1), "README.md", "exec"), names)
+    saved = tmp_path / "runs" / "topics-red"
+    assert sorted(p.name for p in saved.iterdir()) == ["README.md", "config.json", "model.safetensors"]
+    card = (saved / "README.md").read_text()
+    red_accuracy = json.loads((run_dir / "results.json").read_text())["splits"]["test"]["red"]["accuracy"]
+    assert f"| test | red | 80 | {red_accuracy:.4f} |" in card and names["red"].card["backbone_fingerprint"] in card
+    texts = ["hi, refund the fee on my card please", "which gate does my flight leave from?"]
+    expected = redkit.load(run_dir).predict(texts)
+    out, red = names["out"], names["red"]
+    for prediction, probs, alpha in zip(expected, out.logits.softmax(-1), out.alpha):
+        assert red.config.labels[int(probs.argmax())] == prediction.label
+        assert abs(float(probs.max()) - prediction.probability) < 1e-5
+        assert torch.allclose(alpha, torch.tensor(list(prediction.weights.values())), atol=1e-5)
+    assert len(capsys.readouterr().out.splitlines()) == 2
+
+
 def test_a_bundle_of_a_fit_run_predicts_and_evaluates_as_the_run(fitted, tmp_path, capsys):
     import redkit
 

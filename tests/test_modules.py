@@ -12,6 +12,7 @@ from redkit.compositions import COMPOSITIONS
 from redkit.errors import RedkitError
 from redkit.modules import Classifier, LogitExpert, ResidualExpert, Router
 from redkit.modules.store import ModuleMeta, load_module, save_module
+from redkit.red import REDModel
 from redkit.space import ANSWER_RANGES
 
 D, C = 32, 99
@@ -55,6 +56,9 @@ class FakeModules:
 
     def router(self):
         return self._router
+
+    def red(self, kind):
+        return REDModel.from_parts(self._clf, self._experts, self.run.space.domains)
 
 
 def test_red_with_one_hot_alpha_is_that_expert_alone():

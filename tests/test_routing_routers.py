@@ -1,18 +1,21 @@
 """The router zoo: each router's selection rule, capacity, balancing and auxiliary loss do what its
 docstring says; routers are found by name (with did-you-mean) and saved/loaded as modules."""
 
+import re
+from pathlib import Path
+
 import pytest
 import torch
 
 from redkit.errors import RedkitError
 from redkit.modules.layers import MODULES, ROUTERS
+from redkit.modules.routing import RouterBase
 from redkit.modules.store import ModuleMeta, load_module, save_module
-from redkit.routing.routers import route
 from redkit.routing.routers.free import ArrowRouter, PrototypeRouter
 from redkit.routing.routers.spectra import sinkhorn
 
 D, K, N = 16, 4, 64
-TRAINED = [name for name in ROUTERS.names() if not getattr(ROUTERS[name], "training_free", False)]
+TRAINED = [name for name in ROUTERS.names() if not ROUTERS[name].training_free]
 
 
 def _router(name: str, **overrides):
@@ -36,12 +39,27 @@ def test_every_trained_router_routes_apart_from_the_experts(name):
     h = torch.randn(N, D)
     for training in (True, False):
         router.train(training)
-        out = route(router, h)
+        out = router.route(h)
         assert out.weights.shape == (N, K) and out.probs.shape == (N, K) and out.logits.shape == (N, K)
         assert out.selected.dim() == 2 and out.selected.shape[0] == N and int(out.selected.max()) < K
         assert (out.weights >= 0).all() and out.aux_loss.dim() == 0
         assert torch.allclose(out.probs.sum(dim=1), torch.ones(N), atol=1e-5)
-    assert torch.equal(router(h), route(router, h).logits)  # forward = logits: a drop-in for the dense router
+    assert torch.equal(router(h), router.route(h).logits)  # forward = logits: a drop-in for the dense router
+
+
+@pytest.mark.parametrize("name", ROUTERS.names())
+def test_every_router_the_dense_one_included_has_one_declared_interface(name):
+    cls = ROUTERS[name]
+    assert issubclass(cls, RouterBase) and cls.route is not RouterBase.route
+    assert cls.name == name and MODULES[cls.kind] is cls and isinstance(cls.training_free, bool)
+    assert cls.training_free == (name in ("prototype", "arrow"))
+
+
+def test_the_spine_does_not_probe_routers_for_what_they_are():
+    root = Path(__file__).resolve().parent.parent / "redkit"
+    for file in ("compositions.py", "train/stages.py", "routing/routers/base.py", "routing/analyze.py"):
+        text = (root / file).read_text()
+        assert not re.search(r"hasattr\([^)]*\"route\"|getattr\([^)]*\"(training_free|kind)\"", text), file
 
 
 def test_unknown_router_has_did_you_mean():

@@ -45,6 +45,17 @@ class BackboneConfig:
             raise RedkitError(f"unknown precision {self.precision!r} (expected one of {', '.join(PRECISIONS)})")
 
 
+def pool(states: torch.Tensor, attention_mask: torch.Tensor, pooling: str) -> torch.Tensor:
+    """(B, T, d) token states, (B, T) mask -> (B, d): mean over real tokens, the last one, or the first."""
+    if pooling == "cls":
+        return states[:, 0]
+    if pooling == "last":
+        last = attention_mask.sum(dim=1) - 1  # right padding: the last real token
+        return states[torch.arange(states.shape[0]), last]
+    mask = attention_mask.unsqueeze(-1).to(states.dtype)
+    return (states * mask).sum(dim=1) / mask.sum(dim=1).clamp(min=1.0)
+
+
 def _find_layers(model: nn.Module, num_layers: int) -> tuple[nn.Module, str]:
     """(parent, attribute) of the ModuleList that holds the model's `num_layers` blocks."""
     for name, module in model.named_modules():
@@ -137,13 +148,7 @@ class Backbone(nn.Module):
 
     def pool(self, states: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
         """(B, T, d) token states -> (B, d)."""
-        if self.config.pooling == "cls":
-            return states[:, 0]
-        if self.config.pooling == "last":
-            last = attention_mask.sum(dim=1) - 1  # right padding: the last real token
-            return states[torch.arange(states.shape[0]), last]
-        mask = attention_mask.unsqueeze(-1).to(states.dtype)
-        return (states * mask).sum(dim=1) / mask.sum(dim=1).clamp(min=1.0)
+        return pool(states, attention_mask, self.config.pooling)
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, prefix: torch.Tensor | None = None,
                 **model_kwargs) -> torch.Tensor:

@@ -17,11 +17,12 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from redkit.modules.routing import RouterBase, RouterOutput
 from redkit.registry import Registry
 
 ROUTER_PLUGINS = ("redkit.routing.routers",)  # the router zoo registers its routers (and their module kinds) there
 MODULES: Registry[type[nn.Module]] = Registry("module kind", plugins=ROUTER_PLUGINS)
-ROUTERS: Registry[type[nn.Module]] = Registry("router", plugins=ROUTER_PLUGINS)  # `--router NAME`
+ROUTERS: Registry[type[RouterBase]] = Registry("router", plugins=ROUTER_PLUGINS)  # `--router NAME`
 
 
 @dataclass
@@ -103,11 +104,12 @@ class RouterConfig:
 
 @ROUTERS.register("dense")
 @MODULES.register("router")
-class Router(nn.Module):
-    """Two-layer MLP h -> K expert logits; α = softmax of them. The RED router and the MoE gate
-    share this architecture and differ only in what they are trained on."""
+class Router(RouterBase):
+    """Two-layer MLP h -> K expert logits; α = softmax of them (dense: every expert weighs in). The
+    RED router and the MoE gate share this architecture and differ only in what they are trained on."""
 
     Config = RouterConfig
+    name, kind = "dense", "router"
 
     def __init__(self, config: RouterConfig):
         super().__init__()
@@ -116,3 +118,13 @@ class Router(nn.Module):
 
     def forward(self, h: torch.Tensor) -> torch.Tensor:  # (B, d) -> (B, K) logits
         return self.net(h)
+
+    def route(self, h: torch.Tensor) -> RouterOutput:
+        """Dense: the weights are the whole softmax; `selected` is the top-1 (what load metrics count)."""
+        logits = self(h)
+        probs = torch.nn.functional.softmax(logits, dim=-1)
+        return RouterOutput(probs, probs.argmax(dim=-1, keepdim=True), probs, logits, logits.new_zeros(()))
+
+    def log_weights(self, out: RouterOutput) -> torch.Tensor:
+        """log softmax of the logits: exact where log(softmax) would underflow."""
+        return torch.nn.functional.log_softmax(out.logits, dim=-1)

@@ -165,7 +165,7 @@ def stability_part(run, directory: Path, names: list[str], variants: dict, confi
     seeds = [run.config.seed + i for i in range(config.seeds)]
     out = {}
     for name in tqdm(names, desc="stability", unit="router", leave=False, dynamic_ncols=True):
-        if getattr(ROUTERS[name], "training_free", False):
+        if ROUTERS[name].training_free:
             out[name] = {"deterministic": True}  # built from data, not trained: no seed to vary
             continue
         runs = [variants[name] if s == run.config.seed and name in variants else

@@ -12,7 +12,7 @@ import torch
 from redkit.compositions import MIXTURES, ModuleSet
 from redkit.routing.experts import expert_modules, weight_update
 from redkit.routing.metrics import routing_metrics
-from redkit.routing.routers import RouterOutput, route
+from redkit.routing.routers import RouterOutput
 from redkit.routing.specialisation import gram, off_diagonal_mean, specialisation_metrics
 
 MIXTURE_OF = {"router": "residual", "gate": "heads"}  # what each role's weights mix
@@ -27,7 +27,7 @@ def route_and_mix(modules: ModuleSet, role: str, h: torch.Tensor, batch: int) ->
     parts, preds = [], []
     for first in range(0, len(h), batch):
         x = h[first:first + batch]
-        out = route(router, x)
+        out = router.route(x)
         parts.append(out)
         preds.append(mixture.mix(modules, x, mixture.outputs(modules, x), out.weights).argmax(dim=-1).cpu())
     joined = RouterOutput(*(torch.cat([getattr(p, f) for p in parts]) if f != "aux_loss" else parts[0].aux_loss

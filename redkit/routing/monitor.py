@@ -14,7 +14,6 @@ evaluation mode draws no random numbers and updates no state (a loss-free bias m
 import torch
 
 from redkit.routing.metrics import routing_metrics
-from redkit.routing.routers import route
 from redkit.routing.specialisation import specialisation_metrics
 
 LOGGED = ("entropy", "cv", "max_vio", "gini", "unused_rate", "top1_weight", "margin", "z_loss")
@@ -34,7 +33,7 @@ class TrainingMonitor:
         training = module.training
         module.eval()
         try:
-            out = route(module, self.h)
+            out = module.route(self.h)
         finally:
             module.train(training)
         m = routing_metrics(out.probs, selected=out.selected.cpu(), logits=out.logits)

@@ -18,7 +18,6 @@ import numpy as np
 import torch
 
 from redkit.compositions import MIXTURES, ModuleSet
-from redkit.routing.routers import route
 from redkit.study.complexity import flops_per_call
 from redkit.threads import one_thread
 
@@ -44,9 +43,9 @@ def overhead(run, role: str, h: torch.Tensor, repeats: int) -> dict:
     router = getattr(modules, role)().eval()
     mixture = MIXTURES["residual" if role == "router" else "heads"]
     h = h.to(run.device)
-    out = route(router, h)
+    out = router.route(h)
     outputs = mixture.outputs(modules, h)
-    calls = {"router forward": lambda: router(h), "route (forward + selection)": lambda: route(router, h),
+    calls = {"router forward": lambda: router(h), "route (forward + selection)": lambda: router.route(h),
              "expert forward": lambda: mixture.outputs(modules, h),
              "combination": lambda: mixture.mix(modules, h, outputs, out.weights)}
     with one_thread():

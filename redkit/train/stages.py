@@ -20,7 +20,10 @@ from torch.nn import functional as F
 from redkit.errors import RedkitError
 from redkit.features import PrefixStates
 from redkit.modules.layers import MODULES, ROUTERS, Classifier
+from redkit.modules.routing import RouterBase
 from redkit.modules.store import ModuleMeta, load_module, module_exists, save_module
+from redkit.red import REDConfig, REDModel, router_loss
+from redkit.red.layer import new_expert
 from redkit.registry import Registry
 from redkit.run import Run
 from redkit.threads import one_thread
@@ -191,32 +194,33 @@ def _domain_rows(labels: torch.Tensor, domain: int) -> torch.Tensor:
     return (labels == domain).nonzero(as_tuple=True)[0]
 
 
-def _ce_alone(classifier: Classifier):
-    return lambda expert, h, y: F.cross_entropy(expert.alone_logits(h, classifier), y)
-
-
 @STAGES.register("experts")
 def stage_experts(run: Run, domains: list[int] | None = None, kinds: tuple[str, ...] = EXPERT_KINDS,
                   precision: str = "fp32") -> dict:
-    """Each expert sees only its own range's examples and nothing of the other experts; `precision`
+    """Each expert sees only its own range's examples and nothing of the other experts: the RED
+    model's part i, trained alone through its frozen classifier (`part_loss(i, ...)`); `precision`
     bf16 trains them under bf16 autocast (recorded in each module's metrics)."""
     def work() -> dict:
-        classifier = load_classifier(run).requires_grad_(False)
+        classifier = load_classifier(run)
         h, y, d = run.split_tensors("train")
         vh, vy, vd = run.split_tensors("val")
-        dim, space = run.feature_dim, run.space
+        space = run.space
         done = {}
         for kind in kinds:
+            config = REDConfig(dim=run.feature_dim, num_classes=space.num_classes, domains=space.domains,
+                               expert_rank=run.config.expert_rank, expert_kind=kind)
+            experts = []
+            for domain in range(space.num_domains):  # each expert's init is seeded by its domain alone
+                torch.manual_seed(run.config.seed * 1000 + domain)
+                experts.append(new_expert(config))
+            red = REDModel(config, (classifier, experts, None))
             for domain in (domains if domains is not None else range(space.num_domains)):
                 tr, va = _domain_rows(d, domain), _domain_rows(vd, domain)
-                cls = MODULES[kind]
-                config = cls.Config(dim=dim, rank=run.config.expert_rank or dim // 4) if kind == "residual" \
-                    else cls.Config(dim=dim, num_classes=space.num_classes)
-                torch.manual_seed(run.config.seed * 1000 + domain)
+                red.train_part(domain)  # C and the other experts frozen
                 done[f"{kind}/{space.domains[domain]}"] = _train_on_features(
-                    run, "experts", run.module_dir("experts", kind, space.domains[domain]), cls(config),
-                    _ce_alone(classifier), (h[tr], y[tr]), (vh[va], vy[va]), kind, domain, seed_offset=domain,
-                    precision=precision)
+                    run, "experts", run.module_dir("experts", kind, space.domains[domain]), red.experts[domain],
+                    lambda expert, x, t, i=domain: red.part_loss(i, x, t), (h[tr], y[tr]), (vh[va], vy[va]),
+                    kind, domain, seed_offset=domain, precision=precision)
         return done
 
     return timed(run, "experts", work)
@@ -247,25 +251,24 @@ def stage_heads(run: Run, domains: list[int] | None = None) -> dict:
     return timed(run, "heads", work)
 
 
-def make_router(run: Run, role: str) -> nn.Module:
+def make_router(run: Run, role: str) -> RouterBase:
     """The run's router kind (`config.router`, a ROUTERS name) as RED's router (role "router") or
     the MoE gate (role "gate"). "dense" is the softmax MLP; a training-free router is built from the
     run's data or experts (`from_run`) instead of trained."""
     cls, options = ROUTERS[run.config.router], run.config.router_options
-    if getattr(cls, "training_free", False):
+    if cls.training_free:
         return cls.from_run(run, role, **options)
     return cls(cls.Config(dim=run.feature_dim, num_experts=run.space.num_domains, **options))
 
 
-def _fit_router(run: Run, stage: str, router: nn.Module, loss_fn: Callable, train: tuple, val: tuple, seed_offset: int) -> dict:
+def _fit_router(run: Run, stage: str, router: RouterBase, loss_fn: Callable, train: tuple, val: tuple, seed_offset: int) -> dict:
     directory = run.module_dir(stage)
-    kind = getattr(router, "kind", "router")
-    if not getattr(router, "training_free", False):
-        return _train_on_features(run, stage, directory, router, loss_fn, train, val, kind, None, seed_offset)
+    if not router.training_free:
+        return _train_on_features(run, stage, directory, router, loss_fn, train, val, router.kind, None, seed_offset)
     if module_exists(directory):
         return {"skipped": str(directory)}
     val_loss = float(loss_fn(router, *(t.to(run.device) for t in val)))
-    save_module(directory, router.cpu(), _meta(run, router, kind, None, FitResult(0, 0, val_loss)))
+    save_module(directory, router.cpu(), _meta(run, router, router.kind, None, FitResult(0, 0, val_loss)))
     return {"module": str(directory), "epochs": 0, "best_val_loss": val_loss, "training_free": True}
 
 
@@ -276,18 +279,10 @@ def stage_router(run: Run) -> dict:
         h, _, d = run.split_tensors("train")
         vh, _, vd = run.split_tensors("val")
         torch.manual_seed(run.config.seed * 1000 + 300)
-        router = make_router(run, "router")
-        if hasattr(router, "route"):  # a zoo router: its auxiliary loss (load balance, orthogonality) is added
-            ce = lambda r, x, t: _routed_ce(r.route(x), t)  # noqa: E731
-        else:
-            ce = lambda r, x, t: F.cross_entropy(r(x), t)  # noqa: E731
-        return _fit_router(run, "router", router, ce, (h, d), (vh, vd), 300)
+        # RED's router objective: CE on the domain, plus the router's auxiliary loss (0 for dense)
+        return _fit_router(run, "router", make_router(run, "router"), router_loss, (h, d), (vh, vd), 300)
 
     return timed(run, "router", work)
-
-
-def _routed_ce(out, target: torch.Tensor) -> torch.Tensor:
-    return F.cross_entropy(out.logits, target) + out.aux_loss
 
 
 def load_heads(run: Run) -> list[nn.Module]:
@@ -310,14 +305,12 @@ def stage_gate(run: Run) -> dict:
         torch.manual_seed(run.config.seed * 1000 + 400)
         gate = make_router(run, "gate")
 
-        def mixture_nll(g: nn.Module, x: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
+        def mixture_nll(g: RouterBase, x: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
+            """-log Σ_i w_i softmax(E_i(x))_t, plus the gate's auxiliary loss (0 for dense)."""
             log_p = torch.stack([F.log_softmax(head(x), dim=-1) for head in heads], dim=1)  # (B, K, C)
-            if hasattr(g, "route"):  # a zoo router: its (sparse) weights mix the heads, plus its auxiliary loss
-                out = g.route(x)
-                log_w = torch.log(out.weights.clamp(min=1e-12))  # (B, K); unselected experts ~ -28
-                return F.nll_loss(torch.logsumexp(log_w.unsqueeze(-1) + log_p, dim=1), t) + out.aux_loss
-            log_alpha = F.log_softmax(g(x), dim=-1)  # (B, K)
-            return F.nll_loss(torch.logsumexp(log_alpha.unsqueeze(-1) + log_p, dim=1), t)
+            out = g.route(x)
+            log_w = g.log_weights(out)  # (B, K): dense log_softmax; a sparse router's unselected ~ -28
+            return F.nll_loss(torch.logsumexp(log_w.unsqueeze(-1) + log_p, dim=1), t) + out.aux_loss
 
         return _fit_router(run, "gate", gate, mixture_nll, (h, y), (vh, vy), 400)
 

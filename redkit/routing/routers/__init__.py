@@ -13,4 +13,4 @@ this package registers them all.
 """
 
 from redkit.routing.routers import expert_choice, free, labels, spectra, topk  # noqa: F401  (registration)
-from redkit.routing.routers.base import RouterOutput, route  # noqa: F401
+from redkit.routing.routers.base import RouterBase, RouterOutput  # noqa: F401

@@ -1,33 +1,16 @@
-"""What every router of the zoo returns, and the pieces they share.
-
-A router only routes: like transformers' Mixtral block, routing (weights, selected experts,
-auxiliary loss) is computed apart from the experts, and the mixture code (redkit.compositions)
-combines whatever experts it has with `weights`. Every zoo router is an nn.Module whose forward
-gives (N, K) logits, so it drops in wherever the dense router does, and whose `route` gives:
-
-    weights   (N, K)  combination weights, 0 outside the selection (what the mixture uses)
-    selected  (N, k)  the chosen experts, best first (what the load metrics count)
-    probs     (N, K)  the full routing distribution (what entropy and margin read)
-    logits    (N, K)  pre-softmax scores (z-loss; RED's router is supervised on them)
-    aux_loss  ()      the router's auxiliary loss, already weighted (0 where it has none)
+"""The pieces the routers of the zoo share. What a router is (`RouterBase`, `RouterOutput`: weights,
+selected, probs, logits, aux_loss) is defined once, for the dense router too, in the leaf
+redkit.modules.routing and re-exported here. Every zoo router's forward gives (N, K) logits, so it
+drops in wherever the dense router does.
 """
 
 import math
-from typing import NamedTuple
 
 import torch
-from torch import nn
 from torch.nn import functional as F
 
 from redkit.modules.layers import MODULES, ROUTERS, Router, RouterConfig
-
-
-class RouterOutput(NamedTuple):
-    weights: torch.Tensor  # (N, K)
-    selected: torch.Tensor  # (N, k)
-    probs: torch.Tensor  # (N, K)
-    logits: torch.Tensor  # (N, K)
-    aux_loss: torch.Tensor  # ()
+from redkit.modules.routing import RouterBase, RouterOutput  # noqa: F401  (re-exported for the zoo)
 
 
 def register_router(name: str):
@@ -39,15 +22,6 @@ def register_router(name: str):
         ROUTERS.register(name)(cls)
         return cls
     return add
-
-
-def route(router: nn.Module, h: torch.Tensor) -> RouterOutput:
-    """Any router's routing of h (N, d): a zoo router's own, or the dense router's (softmax, top-1)."""
-    if hasattr(router, "route"):
-        return router.route(h)
-    logits = router(h)
-    probs = F.softmax(logits, dim=-1)
-    return RouterOutput(probs, probs.argmax(dim=-1, keepdim=True), probs, logits, logits.new_zeros(()))
 
 
 def mlp_scorer(dim: int, num_experts: int, hidden: int) -> Router:

@@ -10,10 +10,9 @@ to the base) or several. Perfect load balance by construction; no auxiliary loss
 from dataclasses import dataclass
 
 import torch
-from torch import nn
 from torch.nn import functional as F
 
-from redkit.routing.routers.base import RouterOutput, capacity, mlp_scorer, register_router
+from redkit.routing.routers.base import RouterBase, RouterOutput, capacity, mlp_scorer, register_router
 
 
 @dataclass
@@ -26,7 +25,7 @@ class ExpertChoiceConfig:
 
 
 @register_router("expert_choice")
-class ExpertChoiceRouter(nn.Module):
+class ExpertChoiceRouter(RouterBase):
     Config = ExpertChoiceConfig
 
     def __init__(self, config: ExpertChoiceConfig):

@@ -14,11 +14,10 @@ gate ("gate": the full heads). `probs` = softmax(s) is what the decision metrics
 from dataclasses import dataclass
 
 import torch
-from torch import nn
 from torch.nn import functional as F
 
 from redkit.routing.experts import expert_modules, weight_update
-from redkit.routing.routers.base import RouterOutput, register_router, scatter_weights
+from redkit.routing.routers.base import RouterBase, RouterOutput, register_router, scatter_weights
 
 
 @dataclass
@@ -28,7 +27,7 @@ class FreeRouterConfig:
     scale: float = 10.0  # prototype: cosine -> logit temperature; arrow: multiplies |<h, v>|
 
 
-class FreeRouter(nn.Module):
+class FreeRouter(RouterBase):
     Config = FreeRouterConfig
     training_free = True
 

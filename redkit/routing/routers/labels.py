@@ -13,11 +13,10 @@ router is self-contained. α is soft (the full domain marginal), so that with `r
 from dataclasses import dataclass
 
 import torch
-from torch import nn
 from torch.nn import functional as F
 
 from redkit.errors import RedkitError
-from redkit.routing.routers.base import RouterOutput, register_router
+from redkit.routing.routers.base import RouterBase, RouterOutput, register_router
 
 SOURCES = ("global_full", "classifier")
 
@@ -32,14 +31,14 @@ class LabelRouterConfig:
 
 
 @register_router("labels")
-class LabelRouter(nn.Module):
+class LabelRouter(RouterBase):
     Config = LabelRouterConfig
     training_free = True
 
     def __init__(self, config: LabelRouterConfig):
         super().__init__()
         self.config = config
-        self.head = nn.Linear(config.dim, config.num_classes)  # G, copied from the run's head
+        self.head = torch.nn.Linear(config.dim, config.num_classes)  # G, copied from the run's head
         self.register_buffer("membership", torch.zeros(config.num_experts, config.num_classes))  # (K, C) 0/1
 
     def forward(self, h: torch.Tensor) -> torch.Tensor:  # (N, d) -> (N, K) log α

@@ -21,7 +21,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from redkit.routing.routers.base import RouterOutput, capacity, register_router, scatter_weights
+from redkit.routing.routers.base import RouterBase, RouterOutput, capacity, register_router, scatter_weights
 
 
 @dataclass
@@ -54,7 +54,7 @@ def quota(balanced: torch.Tensor, selected: torch.Tensor, cap: int) -> torch.Ten
 
 
 @register_router("spectra")
-class SpectraRouter(nn.Module):
+class SpectraRouter(RouterBase):
     Config = SpectraConfig
 
     def __init__(self, config: SpectraConfig):

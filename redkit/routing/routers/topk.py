@@ -23,10 +23,9 @@ the accuracy of a composition never depends on how the evaluation set is batched
 from dataclasses import dataclass
 
 import torch
-from torch import nn
 from torch.nn import functional as F
 
-from redkit.routing.routers.base import (RouterOutput, balance_loss, capacity, mlp_scorer, register_router,
+from redkit.routing.routers.base import (RouterBase, RouterOutput, balance_loss, capacity, mlp_scorer, register_router,
                                          scatter_weights, within_capacity)
 
 
@@ -41,7 +40,7 @@ class TopKConfig:
     normalise: bool = False  # renormalise the gates over the k selected
 
 
-class TopKRouter(nn.Module):
+class TopKRouter(RouterBase):
     Config = TopKConfig
 
     def __init__(self, config: TopKConfig):

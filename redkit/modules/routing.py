@@ -1,0 +1,49 @@
+"""What every router is: the one interface the spine routes through, for the dense router and the
+router zoo alike. A leaf (torch only), so that the dense router (redkit.modules.layers) and the zoo
+(redkit.routing.routers) both build on it without an import circle.
+
+A router only routes: like transformers' Mixtral block, routing (weights, selected experts,
+auxiliary loss) is computed apart from the experts, and the mixture code combines whatever
+experts it has with `weights`. Its forward gives (N, K) logits; `route` gives:
+
+    weights   (N, K)  combination weights, 0 outside the selection (what the mixture uses)
+    selected  (N, k)  the chosen experts, best first (what the load metrics count)
+    probs     (N, K)  the full routing distribution (what entropy and margin read)
+    logits    (N, K)  pre-softmax scores (z-loss; RED's router is supervised on them)
+    aux_loss  ()      the router's auxiliary loss, already weighted (0 where it has none)
+"""
+
+from typing import ClassVar, NamedTuple
+
+import torch
+from torch import nn
+
+
+class RouterOutput(NamedTuple):
+    weights: torch.Tensor  # (N, K)
+    selected: torch.Tensor  # (N, k)
+    probs: torch.Tensor  # (N, K)
+    logits: torch.Tensor  # (N, K)
+    aux_loss: torch.Tensor  # ()
+
+
+class RouterBase(nn.Module):
+    """The base class of every router. A subclass gives `forward(h) -> (N, K) logits` and
+    `route(h) -> RouterOutput`, and declares what it is:
+
+        name           its ROUTERS name (`--router NAME`)
+        kind           its MODULES kind: how a saved one is rebuilt
+        training_free  True: built from the run's data or experts (`from_run(run, role)`), never trained
+    """
+
+    name: ClassVar[str] = ""
+    kind: ClassVar[str] = ""
+    training_free: ClassVar[bool] = False
+
+    def route(self, h: torch.Tensor) -> RouterOutput:  # (N, d) -> RouterOutput
+        raise NotImplementedError(f"{type(self).__name__} must define route(h)")
+
+    def log_weights(self, out: RouterOutput) -> torch.Tensor:
+        """(N, K) log of the weights the mixture uses (an MoE gate's training loss mixes expert
+        log-probabilities with them); a selected-out expert gets about -28."""
+        return torch.log(out.weights.clamp(min=1e-12))
