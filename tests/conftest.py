@@ -7,6 +7,9 @@ terminal the bars (leave=False) erase themselves; in a captured stream they woul
 
 import os
 
+import redkit
+
+redkit.reproducible()  # the CLI's kernels for every test, in-process ones included (before torch is imported)
 os.environ.setdefault("TQDM_DISABLE", "1")  # read by tqdm when it is imported
 os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")  # transformers' "Loading weights" bar
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
