@@ -9,7 +9,7 @@ import pytest
 from redkit.cli import main
 from redkit.compositions import COMPOSITIONS
 from redkit.digits import RUN_MODES
-from redkit.evaluate import classification_metrics
+from redkit.metrics import classification_metrics
 from test_idx import write_idx
 
 DOMAINS = ("d01", "d23", "d45", "d67", "d89")

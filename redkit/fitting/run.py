@@ -14,6 +14,7 @@ import torch
 
 from redkit.atomic import write_json, write_jsonl
 from redkit.errors import RedkitError
+from redkit.open_run import RUN_KINDS
 from redkit.fitting.config import FitConfig
 from redkit.fitting.data import FitData, load_fit_data
 from redkit.fitting.records import Fields, LabelReader, Record, read_records
@@ -21,6 +22,7 @@ from redkit.run import Run
 from redkit.space import LabelSpace
 
 
+@RUN_KINDS.register("fit")
 class FitRun(Run):
     config_class = FitConfig
 
@@ -90,7 +92,7 @@ class FitRun(Run):
         return {"domain": [ex.domain if ex.domain in self.space.domains else "(other)" for ex in examples]}
 
     def metrics(self, pred, true) -> dict:
-        from redkit.evaluate import label_metrics
+        from redkit.metrics import label_metrics
 
         return label_metrics(pred, true)
 
