@@ -34,7 +34,8 @@ from redkit.kernels import reproducible
 # them), no downloads, and no transformers chatter.
 reproducible()
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # nothing is ever downloaded
-os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")  # its errors still show
+os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")  # transformers' "Loading weights" bar on every command
 
 from redkit.cli.command import COMMANDS  # noqa: E402
 from redkit.cli.options import add_config_option, apply_config  # noqa: E402
