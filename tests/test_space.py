@@ -1,9 +1,5 @@
 """LabelSpace maps classes to the values they stand for; redkit pins the CPU kernels it computes with."""
 
-import os
-import platform
-import subprocess
-import sys
 
 import numpy as np
 import pytest

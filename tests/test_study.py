@@ -88,7 +88,7 @@ def study_run(tiny_run, tmp_path_factory):
 def test_noise_study_covers_every_routed_composition_model_and_level(study_run):
     result = json.loads((study_run / "studies" / "noise" / "results.json").read_text())
     assert list(result["compositions"]) == ["moe", "red", "red_logits"]
-    for name, comp in result["compositions"].items():
+    for comp in result["compositions"].values():
         assert set(comp["models"]) == set(NOISE_MODELS)
         for model, m in comp["models"].items():
             assert m["levels"] == list(NOISE_MODELS[model].levels)
@@ -299,7 +299,7 @@ def test_seeds_study_replicates_on_the_same_data_and_tests_each_claim(tmp_path, 
     configs = [json.loads((out / f"seed-{s}" / "config.json").read_text()) for s in (0, 1)]
     assert [c["seed"] for c in configs] == [0, 1] and configs[0]["data"] == configs[1]["data"]
     result = json.loads((out / "studies" / "seeds" / "results.json").read_text())
-    for name, comp in result["compositions"].items():
+    for comp in result["compositions"].values():
         acc = comp["accuracy"]
         assert len(acc["per_seed"]) == 2 and acc["low"] <= acc["mean"] <= acc["high"]
         assert acc["mean"] == pytest.approx(sum(acc["per_seed"]) / 2)
