@@ -87,6 +87,7 @@ def test_rerun_trains_nothing(digits_run):
     assert _read(out / "results.json")["splits"]["test"]["red"]["overall"]["accuracy"] == before
 
 
+@pytest.mark.slow
 def test_run_red_trains_no_heads_or_gate(tmp_path):
     out = tmp_path / "red"
     assert main(["reproduce", "digits", "--run", "red", "--save_dir", str(out), *QUICK]) == 0
@@ -97,6 +98,7 @@ def test_run_red_trains_no_heads_or_gate(tmp_path):
     assert "gate" not in results and set(results["router"]) == {"train", "val", "test"}
 
 
+@pytest.mark.slow
 def test_mnist_idx_files_through_data_dir(tmp_path):
     rng = np.random.default_rng(0)
     data = tmp_path / "mnist"

@@ -36,6 +36,7 @@ def clean_env() -> dict:
                                                              "HF_HUB_OFFLINE", "TRANSFORMERS_VERBOSITY")}
 
 
+@pytest.mark.slow
 def test_importing_every_library_module_changes_no_environment_and_no_torch_state():
     done = subprocess.run([sys.executable, "-c", PROBE], env=clean_env(), capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
