@@ -124,9 +124,9 @@ def _first_difference(a: dict, b: dict, prefix: str = "") -> str | None:
 @RUN_KINDS.register("task2")
 @RUN_KINDS.register("task1")
 class Run:
-    """A text-task run. Stages on features need only: `space`, `feature_dim`, `fingerprint`,
-    `data_hash`, `split_tensors`, `module_dir`, `config`, `device`, `log` and `add_time`; other
-    benchmarks (digits) subclass it and replace where features come from."""
+    """A text-task run. Stages on features need only what `StageRun` (redkit/train/stage_run.py)
+    lists, which a Run provides; other benchmarks (digits) subclass it and replace where features
+    come from. Each kind of run registers itself in RUN_KINDS under the task its config records."""
 
     config_class: type[StagedConfig] = RunConfig
     monitor = None  # a callable(stage, step, module) that watches the stages on features train (routing analysis)

@@ -24,9 +24,9 @@ from redkit.modules.store import ModuleMeta, load_module, module_exists, save_mo
 from redkit.registry import Registry
 from redkit.run import Run
 from redkit.threads import one_thread
+from redkit.train.loop import Checkpoint, FitResult, fit
 from redkit.train.ranks import Ranks
 from redkit.train.stage_run import StageRun
-from redkit.train.loop import Checkpoint, FitResult, fit
 
 STAGES: Registry[Callable] = Registry("stage")
 EXPERT_KINDS = ("residual", "logit")
