@@ -21,15 +21,16 @@ import pytest  # noqa: E402
 
 TINY_RUN_ARGS = ("--n", "400", "--max-epochs", "1")
 
-# Fixtures that train something (a run, a decomposer, toy models) or start processes: every test that
-# uses one, directly or through another fixture, is marked slow (`pytest -m "not slow"` leaves it out).
-TRAINING_FIXTURES = {"tiny_run", "digits_run", "one_process", "fitted", "peers_run", "qwen_run", "analysed",
-                     "study_run", "tiny_decomposer", "run", "experts"}
+# Fixtures that train something (a run, a decomposer, toy models), start processes or load a backbone:
+# every test that uses one, directly or through another fixture, is marked slow (`pytest -m "not slow"`
+# leaves it out).
+HEAVY_FIXTURES = {"tiny_run", "digits_run", "one_process", "fitted", "peers_run", "qwen_run", "analysed",
+                  "study_run", "tiny_decomposer", "run", "experts", "minilm", "tiny_qwen3"}
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
-        if TRAINING_FIXTURES & set(getattr(item, "fixturenames", ())):
+        if HEAVY_FIXTURES & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.slow)
 
 

@@ -9,6 +9,8 @@ import sys
 
 import pytest
 
+pytestmark = pytest.mark.slow  # each test starts Python processes that import torch
+
 # Snapshot torch's global state and the environment after importing the libraries redkit builds on
 # (scikit-learn sets KMP_* and peft TORCHINDUCTOR_CACHE_DIR on import: theirs, not redkit's), import
 # every library module of redkit found on disk (the CLI is an entry point, not a library: left out),
@@ -36,7 +38,6 @@ def clean_env() -> dict:
                                                              "HF_HUB_OFFLINE", "TRANSFORMERS_VERBOSITY")}
 
 
-@pytest.mark.slow
 def test_importing_every_library_module_changes_no_environment_and_no_torch_state():
     done = subprocess.run([sys.executable, "-c", PROBE], env=clean_env(), capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr

@@ -289,6 +289,7 @@ def test_base_ablation_retrains_every_stage_in_a_child_run(study_run, tmp_path):
     assert set(rows[0]["scores"]) == {"global_10pct", "red", "moe", "global_full"}
 
 
+@pytest.mark.slow
 def test_seeds_study_replicates_on_the_same_data_and_tests_each_claim(tmp_path, capsys):
     out = tmp_path / "seeds"
     code, printed, err = run_cli(["study", "seeds", "--task", "task1", "--seeds", "2", "--n", "300", "--max-epochs", "1",
@@ -329,6 +330,7 @@ def test_mcnemar_exact_and_the_verdicts():
     assert verdict(np.array([0.01, 0.02]), 0.2) == "cannot tell" and verdict(np.array([0.0, 0.0]), None) == "cannot tell"
 
 
+@pytest.mark.slow
 def test_digits_seeds_share_one_split_and_differ_in_training(tmp_path, capsys):
     out = tmp_path / "seeds-digits"
     code, _, err = run_cli(["study", "seeds", "--task", "digits", "--seeds", "2", "--max-epochs", "2", "--out", out], capsys)
