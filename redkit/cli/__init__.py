@@ -30,7 +30,7 @@ from redkit.errors import RedkitError
 from redkit.kernels import reproducible
 
 # The command line is a process of its own, so it makes the process-wide choices a library must not
-# make on import: torch's CPU kernels (before torch is first imported; worker processes inherit
+# make on import: torch's CPU kernels (before torch picks them at its first operation; workers inherit
 # them), no downloads, and no transformers chatter.
 reproducible()
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # nothing is ever downloaded
