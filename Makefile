@@ -1,6 +1,6 @@
 # Two entry points, each creating (once) and reusing the local virtual environment .venv:
 #   make demo   reproduce Task 1 at full scale on the embedded backbone (about 10 minutes on 2 CPU cores)
-#   make test   run the test suite (with the optional peft extra, so the peers tests run too)
+#   make test   lint (ruff check) and run the test suite (with the optional peft extra, so the peers tests run too)
 VENV ?= .venv
 PYTHON ?= python3
 # A CPU build of torch where one is at hand; override, e.g. `make TORCH=torch==2.13.0+cu126 ...`.
@@ -21,6 +21,7 @@ demo: $(BIN)/.installed
 	$(BIN)/redkit reproduce task1 --out runs/task1 $(EVAL_EXTERNAL)
 
 test: $(BIN)/.installed
+	$(BIN)/ruff check .
 	$(BIN)/python -m pytest
 
 clean-runs:

@@ -7,20 +7,10 @@ from pathlib import Path
 import torch
 
 from redkit.compositions import NEEDS_DOMAIN, Composed, ModuleSet, default_compositions
-from redkit.data.expression import OPERATORS
-from redkit.data.records import Example
 from redkit.evaluate import evaluate_compositions, routing_accuracy, score_composed
 from redkit.run import Run, RunConfig
 from redkit.train.distributed import check_run_nproc, launch_base
 from redkit.train.stages import PIPELINE, STAGES
-
-
-def structure_groups(examples: list[Example]) -> dict[str, list[str]]:
-    """Per-example keys for accuracy breakdowns, where a task varies them: the number of operands
-    and the operator pattern ("+-" for "12 plus 5 minus 3") of each question."""
-    groups = {"operands": [str(ex.num_ops + 1) for ex in examples],
-              "pattern": ["".join(ch for ch in ex.structure if ch in OPERATORS) for ex in examples]}
-    return {name: keys for name, keys in groups.items() if len(set(keys)) > 1}
 
 
 def evaluate_file(run: Run, modules: ModuleSet, path: Path, names: list[str]) -> dict:

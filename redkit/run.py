@@ -31,6 +31,7 @@ from redkit.atomic import write_json, write_yaml
 from redkit.backbone import Backbone, BackboneConfig
 from redkit.bundle.manifest import is_bundle, verify_bundle
 from redkit.config_types import check_config_types
+from redkit.data.groups import structure_groups
 from redkit.data.generate import HELDOUT, SPLITS, DataConfig, generate, write_dataset
 from redkit.data.records import Example, read_jsonl
 from redkit.device import resolve_device
@@ -38,6 +39,7 @@ from redkit.errors import RedkitError
 from redkit.features import cached_features, text_hash
 from redkit.jsonfile import read_json
 from redkit.modules.store import load_state, module_exists
+from redkit.open_run import RUN_KINDS
 from redkit.provenance import provenance
 from redkit.space import ANSWER_RANGES, LabelSpace
 from redkit.train.loop import TrainConfig
@@ -123,12 +125,15 @@ def _first_difference(a: dict, b: dict, prefix: str = "") -> str | None:
     return None
 
 
+@RUN_KINDS.register("task2")
+@RUN_KINDS.register("task1")
 class Run:
-    """A text-task run. Stages on features need only: `space`, `feature_dim`, `fingerprint`,
-    `data_hash`, `split_tensors`, `module_dir`, `config`, `device`, `log` and `add_time`; other
-    benchmarks (digits) subclass it and replace where features come from."""
+    """A text-task run. Stages on features need only what `StageRun` (redkit/train/stage_run.py)
+    lists, which a Run provides; other benchmarks (digits) subclass it and replace where features
+    come from. Each kind of run registers itself in RUN_KINDS under the task its config records."""
 
     config_class: type[StagedConfig] = RunConfig
+    monitor = None  # a callable(stage, step, module) that watches the stages on features train (routing analysis)
 
     def __init__(self, directory: str | Path, config: StagedConfig | None = None):
         """Open (or create) a run. A new config must match the one the run was made with."""
@@ -329,13 +334,11 @@ class Run:
 
     def groups(self, examples: list[Example]) -> dict[str, list[str]]:
         """Per-example keys the accuracy is broken down by."""
-        from redkit.pipeline import structure_groups
-
         return structure_groups(examples)
 
     def metrics(self, pred, true) -> dict:
         """Metrics of predicted vs true values (N,) (numpy)."""
-        from redkit.evaluate import prediction_metrics
+        from redkit.metrics import prediction_metrics  # scikit-learn: imported when a run is scored, not opened
 
         return prediction_metrics(pred, true)
 

@@ -7,6 +7,9 @@ terminal the bars (leave=False) erase themselves; in a captured stream they woul
 
 import os
 
+import redkit
+
+redkit.reproducible()  # the CLI's kernels for every test, in-process ones included (before torch is imported)
 os.environ.setdefault("TQDM_DISABLE", "1")  # read by tqdm when it is imported
 os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")  # transformers' "Loading weights" bar
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -17,6 +20,18 @@ from pathlib import Path  # noqa: E402
 import pytest  # noqa: E402
 
 TINY_RUN_ARGS = ("--n", "400", "--max-epochs", "1")
+
+# Fixtures that train something (a run, a decomposer, toy models), start processes or load a backbone:
+# every test that uses one, directly or through another fixture, is marked slow (`pytest -m "not slow"`
+# leaves it out).
+HEAVY_FIXTURES = {"tiny_run", "digits_run", "one_process", "fitted", "peers_run", "qwen_run", "analysed",
+                  "study_run", "tiny_decomposer", "run", "experts", "minilm", "tiny_qwen3"}
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if HEAVY_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.slow)
 
 
 def run_cli(argv: list[str], capsys: pytest.CaptureFixture) -> tuple[int, str, str]:

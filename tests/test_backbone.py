@@ -81,6 +81,7 @@ def test_fingerprint_tracks_the_tuned_top(minilm):
     assert minilm.fingerprint() == before
 
 
+@pytest.mark.slow
 def test_not_a_model_directory_is_one_clear_error(tmp_path):
     with pytest.raises(RedkitError, match="no config.json"):
         Backbone(BackboneConfig(path=str(tmp_path)))

@@ -3,8 +3,8 @@
 import numpy as np
 
 from redkit.data.generate import DataConfig, generate
-from redkit.evaluate import accuracy_by
-from redkit.pipeline import structure_groups
+from redkit.data.groups import structure_groups
+from redkit.metrics import accuracy_by
 
 
 def test_accuracy_by_counts_each_group():

@@ -170,6 +170,7 @@ def test_loading_refuses_another_module_kind(tiny_decomposer, tmp_path):
         StepDecomposer.load(module)
 
 
+@pytest.mark.slow
 def test_tuning_the_top_layers_saves_them_with_the_head_and_keeps_the_source_fingerprint(tmp_path):
     config = DecomposerConfig(n=200, max_train=64, max_val=16, tune_top=True,
                               train=TrainConfig(lr=1e-3, batch_size=32, virtual_batch_size=32, max_epochs=1, patience=1))
@@ -183,6 +184,7 @@ def test_tuning_the_top_layers_saves_them_with_the_head_and_keeps_the_source_fin
     assert [render_program(p) for p in model.predict(texts)] == [render_program(p) for p in again.predict(texts)]
 
 
+@pytest.mark.slow
 def test_a_decoder_backbone_also_yields_valid_programs(tmp_path):
     from test_backbone import make_tiny_qwen3
 

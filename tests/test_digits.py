@@ -9,7 +9,7 @@ import pytest
 from redkit.cli import main
 from redkit.compositions import COMPOSITIONS
 from redkit.digits import RUN_MODES
-from redkit.evaluate import classification_metrics
+from redkit.metrics import classification_metrics
 from test_idx import write_idx
 
 DOMAINS = ("d01", "d23", "d45", "d67", "d89")
@@ -87,6 +87,7 @@ def test_rerun_trains_nothing(digits_run):
     assert _read(out / "results.json")["splits"]["test"]["red"]["overall"]["accuracy"] == before
 
 
+@pytest.mark.slow
 def test_run_red_trains_no_heads_or_gate(tmp_path):
     out = tmp_path / "red"
     assert main(["reproduce", "digits", "--run", "red", "--save_dir", str(out), *QUICK]) == 0
@@ -97,6 +98,7 @@ def test_run_red_trains_no_heads_or_gate(tmp_path):
     assert "gate" not in results and set(results["router"]) == {"train", "val", "test"}
 
 
+@pytest.mark.slow
 def test_mnist_idx_files_through_data_dir(tmp_path):
     rng = np.random.default_rng(0)
     data = tmp_path / "mnist"

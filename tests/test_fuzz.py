@@ -30,6 +30,7 @@ def _is_one_line(err: RedkitError) -> bool:
     return len(str(err).splitlines()) == 1
 
 
+@pytest.mark.slow
 @FUZZ
 @given(st.lists(st.binary(max_size=60) | RECORDS.map(lambda r: json.dumps(r).encode()), min_size=0, max_size=6))
 def test_the_jsonl_reader_reads_or_refuses_any_bytes(tmp_path, lines):
@@ -46,6 +47,7 @@ def test_the_jsonl_reader_reads_or_refuses_any_bytes(tmp_path, lines):
             assert examples and all(isinstance(ex.answer, int) and ex.question for ex in examples)
 
 
+@pytest.mark.slow
 @FUZZ
 @given(RECORDS)
 def test_parse_record_takes_or_names_any_decoded_value(record):
@@ -92,6 +94,7 @@ def test_the_bundle_manifest_reader_reads_or_names_any_file(tmp_path, content):
         assert isinstance(manifest["files"], dict)
 
 
+@pytest.mark.slow
 @FUZZ
 @given(st.dictionaries(st.text(max_size=6), JSON_VALUES, max_size=4), st.integers(-3, 5))
 def test_the_bundle_manifest_reader_checks_its_fields(tmp_path, files, fmt):
@@ -111,6 +114,7 @@ ARGV_WORDS = st.sampled_from(["eval", "predict", "export", "train", "data", "rep
                               "/nonexistent", "--seed", "1e9", "ünïcödé"])
 
 
+@pytest.mark.slow
 @FUZZ
 @given(st.lists(ARGV_WORDS | st.text(max_size=10), max_size=6))
 def test_the_cli_exits_0_or_2_on_any_argv(capsys, argv):
@@ -165,6 +169,7 @@ YAML_TEXTS = (st.dictionaries(YAML_KEYS, JSON_VALUES, max_size=4).map(lambda d: 
               | st.text(max_size=60))
 
 
+@pytest.mark.slow
 @FUZZ
 @given(YAML_TEXTS | st.binary(max_size=40))
 def test_the_yaml_config_loader_applies_or_names_any_file(tmp_path, content):
@@ -206,6 +211,7 @@ def _read_or_refuse(path) -> None:
         assert records and all(r.question.strip() and r.answer and r.domain for r in records)
 
 
+@pytest.mark.slow
 @FUZZ
 @given(st.lists(st.binary(max_size=60) | FIT_RECORDS.map(lambda r: json.dumps(r).encode()), max_size=6))
 def test_the_fit_jsonl_reader_reads_or_refuses_any_bytes(tmp_path, lines):

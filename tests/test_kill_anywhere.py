@@ -16,6 +16,10 @@ import time
 from collections import Counter
 from pathlib import Path
 
+import pytest
+
+pytestmark = pytest.mark.slow  # a dozen killed and resumed runs
+
 RANGES = ("R1", "R2", "R3", "R4", "R5")
 STAGE_MODULES = {
     "base": ["classifier", "backbone_top"],

@@ -30,6 +30,7 @@ def _train(tmp_path, max_epochs, interrupt_at=None):
     return model, result
 
 
+@pytest.mark.slow
 def test_interrupted_training_resumes_to_the_same_weights(tmp_path):
     straight, result = _train(tmp_path / "a", max_epochs=6)
     with pytest.raises(KeyboardInterrupt):
@@ -42,6 +43,7 @@ def test_interrupted_training_resumes_to_the_same_weights(tmp_path):
     assert [r["val_loss"] for r in result.history] == [r["val_loss"] for r in resumed_result.history]
 
 
+@pytest.mark.slow
 def test_a_kill_between_the_checkpoint_files_resumes_the_epoch_the_weights_hold(tmp_path):
     """checkpoint.json one epoch behind checkpoint.safetensors (a kill between the two writes): the
     resumed run follows the tensors file's own progress and still ends as an uninterrupted run."""
@@ -58,6 +60,7 @@ def test_a_kill_between_the_checkpoint_files_resumes_the_epoch_the_weights_hold(
         assert torch.equal(p, q)
 
 
+@pytest.mark.slow
 def test_early_stopping_keeps_the_best_epoch(tmp_path):
     x, y = _problem()
     model = Router(Router.Config(dim=8, num_experts=3, hidden=16))

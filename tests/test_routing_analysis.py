@@ -65,7 +65,6 @@ def test_dense_router_trained_by_the_analysis_is_the_runs_own(tiny_run, tmp_path
     run = open_run(tiny_run)
     uncapped = RoutingAnalysisConfig(train_examples=0, max_epochs=0)
     variant, _ = router_variant(run, tmp_path / "dense", "dense", ["router"], uncapped)
-    h = run.split_tensors("test")[0]
     mine, theirs = ModuleSet(variant).router(), ModuleSet(run).router()
     for (name, a), (_, b) in zip(mine.state_dict().items(), theirs.state_dict().items()):
         assert torch.equal(a, b), name

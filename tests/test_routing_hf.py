@@ -38,6 +38,7 @@ def test_layer_metrics_over_router_logits_skip_padding():
         layer_metrics((), TOP_K)
 
 
+@pytest.mark.slow
 def test_monitor_through_a_few_training_steps(tmp_path):
     model = _model()
     gen = torch.Generator().manual_seed(1)
@@ -66,6 +67,7 @@ def test_monitor_through_a_few_training_steps(tmp_path):
     assert dynamics_figure(tmp_path / "log.jsonl", tmp_path / "figures" / "dynamics.png").stat().st_size > 1000
 
 
+@pytest.mark.slow
 def test_monitor_inside_a_real_trainer(tmp_path):
     pytest.importorskip("accelerate")  # the Trainer needs it; redkit does not
     from transformers import Trainer, TrainingArguments

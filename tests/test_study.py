@@ -88,7 +88,7 @@ def study_run(tiny_run, tmp_path_factory):
 def test_noise_study_covers_every_routed_composition_model_and_level(study_run):
     result = json.loads((study_run / "studies" / "noise" / "results.json").read_text())
     assert list(result["compositions"]) == ["moe", "red", "red_logits"]
-    for name, comp in result["compositions"].items():
+    for comp in result["compositions"].values():
         assert set(comp["models"]) == set(NOISE_MODELS)
         for model, m in comp["models"].items():
             assert m["levels"] == list(NOISE_MODELS[model].levels)
@@ -289,6 +289,7 @@ def test_base_ablation_retrains_every_stage_in_a_child_run(study_run, tmp_path):
     assert set(rows[0]["scores"]) == {"global_10pct", "red", "moe", "global_full"}
 
 
+@pytest.mark.slow
 def test_seeds_study_replicates_on_the_same_data_and_tests_each_claim(tmp_path, capsys):
     out = tmp_path / "seeds"
     code, printed, err = run_cli(["study", "seeds", "--task", "task1", "--seeds", "2", "--n", "300", "--max-epochs", "1",
@@ -299,7 +300,7 @@ def test_seeds_study_replicates_on_the_same_data_and_tests_each_claim(tmp_path, 
     configs = [json.loads((out / f"seed-{s}" / "config.json").read_text()) for s in (0, 1)]
     assert [c["seed"] for c in configs] == [0, 1] and configs[0]["data"] == configs[1]["data"]
     result = json.loads((out / "studies" / "seeds" / "results.json").read_text())
-    for name, comp in result["compositions"].items():
+    for comp in result["compositions"].values():
         acc = comp["accuracy"]
         assert len(acc["per_seed"]) == 2 and acc["low"] <= acc["mean"] <= acc["high"]
         assert acc["mean"] == pytest.approx(sum(acc["per_seed"]) / 2)
@@ -329,6 +330,7 @@ def test_mcnemar_exact_and_the_verdicts():
     assert verdict(np.array([0.01, 0.02]), 0.2) == "cannot tell" and verdict(np.array([0.0, 0.0]), None) == "cannot tell"
 
 
+@pytest.mark.slow
 def test_digits_seeds_share_one_split_and_differ_in_training(tmp_path, capsys):
     out = tmp_path / "seeds-digits"
     code, _, err = run_cli(["study", "seeds", "--task", "digits", "--seeds", "2", "--max-epochs", "2", "--out", out], capsys)

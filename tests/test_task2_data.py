@@ -177,6 +177,7 @@ def test_negative_steps_are_phrased_as_the_executor_asks_them():
     assert any(ex.answer > 100 for ex in generate(DataConfig(task="op_add", n=1000))["train"])
 
 
+@pytest.mark.slow
 def test_operation_data_deals_every_pair_before_repeating_one():
     """A random split of the default 50k additions leaves (almost) no valid pair out of train: the
     executor may ask any of the 12,201."""

@@ -82,6 +82,7 @@ def test_same_seed_same_numbers(run, tmp_path):
     assert second["experiments"] == first["experiments"]
 
 
+@pytest.mark.slow
 def test_residual_training_leaves_base_frozen():
     grid = full_grid()
     domain = grid.select(grid.in_interval(INTERVALS[0]))

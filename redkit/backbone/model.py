@@ -58,7 +58,7 @@ def pool(states: torch.Tensor, attention_mask: torch.Tensor, pooling: str) -> to
 
 def _find_layers(model: nn.Module, num_layers: int) -> tuple[nn.Module, str]:
     """(parent, attribute) of the ModuleList that holds the model's `num_layers` blocks."""
-    for name, module in model.named_modules():
+    for _, module in model.named_modules():
         for attr, child in module.named_children():
             if isinstance(child, nn.ModuleList) and len(child) == num_layers:
                 return module, attr

@@ -27,9 +27,15 @@ import os
 import sys
 
 from redkit.errors import RedkitError
+from redkit.kernels import reproducible
 
+# The command line is a process of its own, so it makes the process-wide choices a library must not
+# make on import: torch's CPU kernels (before torch picks them at its first operation; workers inherit
+# them), no downloads, and no transformers chatter.
+reproducible()
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # nothing is ever downloaded
-os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")  # its errors still show
+os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")  # transformers' "Loading weights" bar on every command
 
 from redkit.cli.command import COMMANDS  # noqa: E402
 from redkit.cli.options import add_config_option, apply_config  # noqa: E402

@@ -1,36 +1,111 @@
-"""`redkit predict --run RUN "TEXT"`: one answer, with the router's weight for every expert."""
+"""`redkit predict --run RUN [TEXT ...] [--file FILE] [--json]`: an answer per text, with the router's
+weight for every expert; texts from the arguments, a file or stdin, one per line.
+
+    redkit predict --run runs/task1 "What is 12 plus 27?" "What is 40 minus 3?"
+    redkit predict --run runs/mine --file questions.txt --json      # one JSON object per line
+    cat questions.txt | redkit predict --run runs/mine
+
+Only what prediction needs is imported (no training code, no scikit-learn): one text is answered in
+a few seconds, imports included (docs/commands.md gives the measurement).
+"""
 
 import argparse
+import json
+import sys
 from pathlib import Path
 
 from redkit.cli.command import command
+from redkit.errors import RedkitError
+
+TEXT_WIDTH = 48  # of the table's text column; longer texts are cut with "…"
 
 
 def _options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--run", required=True, type=Path)
-    p.add_argument("question")
+    p.add_argument("texts", nargs="*", metavar="TEXT", help="texts to answer (none: --file, else stdin, one per line)")
+    p.add_argument("--file", type=Path, help="a UTF-8 file of texts, one per line (blank lines skipped)")
+    p.add_argument("--json", action="store_true", help="one JSON object per text and line, instead of a table")
     p.add_argument("--composition", default="red")
 
 
-@command("predict", options=_options, help="answer one question, with the router's weight for every expert "
+def read_texts(args) -> list[str]:
+    """The texts to answer, from the arguments, else --file, else stdin; checked before any work."""
+    if args.texts and args.file:
+        raise RedkitError("give texts as arguments or with --file, not both")
+    if args.texts:
+        lines = args.texts
+    elif args.file:
+        try:
+            lines = args.file.read_text(encoding="utf-8").splitlines()
+        except (OSError, UnicodeDecodeError) as err:
+            raise RedkitError(f"--file {args.file}: cannot read it as UTF-8 text ({type(err).__name__})") from None
+    elif not sys.stdin.isatty():
+        lines = sys.stdin.read().splitlines()
+    else:
+        lines = []
+    texts = [line.strip() for line in lines if line.strip()]
+    if not texts:
+        raise RedkitError("no text to answer: give texts as arguments, --file FILE, or on stdin (one per line)")
+    return texts
+
+
+@command("predict", options=_options, help="answer texts, with the router's weight for every expert "
                                             "(a steps run prints the program and every step)")
 def run(args) -> None:
     from redkit.api import load
     from redkit.compositions import COMPOSITIONS
 
     COMPOSITIONS[args.composition]  # an unknown name fails before any work
+    texts = read_texts(args)
     fitted = load(args.run)
-    p = fitted.predict([args.question], args.composition)[0]
-    if p.steps:  # a steps run: the program and every step
-        _print_steps(fitted, p, args.composition)
-        return
-    if fitted.run.config.task == "fit":
-        print(f"label: {p.label}  (p = {p.probability:.3f}, composition {args.composition})")
+    predictions = fitted.predict(texts, args.composition)
+    if args.json:
+        for text, p in zip(texts, predictions):
+            print(json.dumps(_record(fitted, text, p), ensure_ascii=False))
+    elif predictions[0].steps:  # a steps run: the program and every step of each text
+        for k, (text, p) in enumerate(zip(texts, predictions)):
+            print(("\n" if k else "") + f"text: {text}")
+            _print_steps(fitted, p, args.composition)
     else:
+        _print_table(fitted, texts, predictions, args.composition)
+
+
+def _range(fitted, label) -> str | None:
+    """A Task 1/2 answer's range (R1..R5); None for a run whose labels are names."""
+    if fitted.run.config.task in ("task1", "task2"):
         from redkit.data.vocabulary import SHORT_NAMES, domain_of
 
-        print(f"answer: {p.label}  (range {SHORT_NAMES[domain_of(p.label)]}, p = {p.probability:.3f}, composition {args.composition})")
-    print("expert weights: " + "  ".join(f"{name} {w:.3f}" for name, w in p.weights.items()))
+        return SHORT_NAMES[domain_of(label)]
+    return None
+
+
+def _record(fitted, text: str, p) -> dict:
+    record = {"text": text, "label": p.label, "probability": p.probability, "weights": p.weights}
+    if _range(fitted, p.label) is not None:
+        record["range"] = _range(fitted, p.label)
+    if p.steps:
+        from redkit.programs import render_program
+
+        record["program"] = render_program(p.program)
+        record["steps"] = [{"text": s.question, "value": s.value,
+                            "weights": None if s.weights is None else dict(zip(fitted.domains, map(float, s.weights)))}
+                           for s in p.steps]
+    return record
+
+
+def _print_table(fitted, texts: list[str], predictions: list, composition: str) -> None:
+    """One row per text: the text, the label (and a Task 1/2 answer's range), its probability, and the
+    router's weight for every expert (one column per domain)."""
+    ranges = [_range(fitted, p.label) for p in predictions]
+    head = ["text", "label" if ranges[0] is None else "answer"] + ([] if ranges[0] is None else ["range"]) + ["p"]
+    head += list(fitted.domains)
+    rows = [[text if len(text) <= TEXT_WIDTH else text[:TEXT_WIDTH - 1] + "…", str(p.label)]
+            + ([] if r is None else [r]) + [f"{p.probability:.3f}"] + [f"{p.weights[d]:.3f}" for d in fitted.domains]
+            for text, p, r in zip(texts, predictions, ranges)]
+    widths = [max(len(row[i]) for row in [head, *rows]) for i in range(len(head))]
+    print(f"composition {composition}; one column of expert weights per domain")
+    for row in [head, *rows]:
+        print("  ".join(cell.ljust(w) if i == 0 else cell.rjust(w) for i, (cell, w) in enumerate(zip(row, widths))).rstrip())
 
 
 def _print_steps(fitted, p, composition: str) -> None:

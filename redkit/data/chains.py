@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Iterator
 
 from redkit import programs  # module import: redkit.programs imports redkit.data in turn
-from redkit.data import phrasing
+import redkit.data.phrasing as phrasing
 from redkit.data.expression import OPERATORS, Expression
 from redkit.data.tasks import TextTask
 from redkit.errors import RedkitError

@@ -23,7 +23,8 @@ from redkit.digits.config import DigitsConfig
 from redkit.digits.data import DOMAIN_OF_CLASS
 from redkit.digits.report import render_report
 from redkit.digits.run import DigitsRun
-from redkit.evaluate import classification_metrics, evaluate_compositions, routing_accuracy
+from redkit.evaluate import evaluate_compositions, routing_accuracy
+from redkit.metrics import classification_metrics
 from redkit.threads import one_thread
 from redkit.train.stages import PIPELINE, STAGES
 

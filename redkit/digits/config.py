@@ -25,6 +25,7 @@ STAGE_NAMES = tuple(DIGITS_STAGE_OVERRIDES)
 
 @dataclass
 class DigitsConfig(StagedConfig):
+    task: str = "digits"  # what open_run knows the run by (redkit/open_run.py)
     train: TrainConfig = field(default_factory=lambda: TrainConfig(patience=10))
     stage_overrides: dict[str, dict] = field(default_factory=lambda: copy.deepcopy(DIGITS_STAGE_OVERRIDES))
     data_dir: str | None = None  # four MNIST IDX files; None = scikit-learn's 8x8 digits (embedded)

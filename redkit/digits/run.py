@@ -22,10 +22,12 @@ from redkit.digits.backbone import MLPBackbone, MLPBackboneConfig
 from redkit.digits.config import DigitsConfig
 from redkit.digits.data import DIGIT_PAIRS, SPLIT_NAMES, Source, array_hash, domain_labels, load_source, make_splits
 from redkit.errors import RedkitError
+from redkit.open_run import RUN_KINDS
 from redkit.modules.store import load_state, module_exists
 from redkit.run import Run
 
 
+@RUN_KINDS.register("digits")
 class DigitsRun(Run):
     config_class = DigitsConfig
     space = DIGIT_PAIRS

@@ -15,6 +15,7 @@ import torch
 from redkit.atomic import write_json, write_jsonl
 from redkit.data.records import jsonl_objects
 from redkit.errors import RedkitError
+from redkit.open_run import RUN_KINDS
 from redkit.fitting.config import FitConfig
 from redkit.fitting.data import FitData, load_run_data
 from redkit.fitting.records import Fields, LabelReader, Record, read_records
@@ -22,6 +23,7 @@ from redkit.run import Run
 from redkit.space import LabelSpace
 
 
+@RUN_KINDS.register("fit")
 class FitRun(Run):
     config_class = FitConfig
 
@@ -102,7 +104,7 @@ class FitRun(Run):
         return {"domain": [ex.domain if ex.domain in self.space.domains else "(other)" for ex in examples]}
 
     def metrics(self, pred, true) -> dict:
-        from redkit.evaluate import label_metrics
+        from redkit.metrics import label_metrics
 
         return label_metrics(pred, true)
 

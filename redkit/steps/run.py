@@ -26,6 +26,7 @@ from redkit.data.operations import OperationTask
 from redkit.data.tasks import TASKS
 from redkit.decomposer.train import DecomposerConfig
 from redkit.errors import RedkitError
+from redkit.open_run import RUN_KINDS
 from redkit.run import DEFAULT_STAGE_OVERRIDES, Run, RunConfig
 from redkit.space import LabelSpace
 
@@ -65,6 +66,7 @@ def operations_space(operations: tuple[str, ...]) -> LabelSpace:
     return LabelSpace.of_values(min(low for low, _ in ranges), max(high for _, high in ranges), tuple(operations))
 
 
+@RUN_KINDS.register("steps")
 class StepsRun(Run):
     config_class = StepsConfig
 

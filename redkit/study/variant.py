@@ -2,9 +2,10 @@
 
 The variant shares the parent run's data, tuned backbone, cached features and stage-base modules
 (classifier, backbone top); it may change the expert rank or divide the answers among K experts
-of equal width, and it keeps every module it retrains in its own directory. The training stages
-and ModuleSet take it exactly as they take a Run, so a variant is trained "exactly as the main
-stages train", and the parent's modules are never written.
+of equal width, and it keeps every module it retrains in its own directory. It is a `StageRun`
+(redkit/train/stage_run.py): the training stages on features and ModuleSet take it exactly as they
+take a Run, so a variant is trained "exactly as the main stages train", and the parent's modules
+are never written.
 """
 
 import copy
@@ -16,11 +17,15 @@ import torch
 from redkit.atomic import write_json
 from redkit.run import Run
 from redkit.space import LabelSpace
+from redkit.train.stage_run import StageRun
 
 BASE_MODULES = ("classifier", "backbone_top")  # stage base's: always the parent's
 
 
-class VariantRun:
+class VariantRun(StageRun):
+    bundle = None  # a variant writes into its own directory, never into a bundle
+    monitor = None  # (routing analysis sets one on its variants)
+
     def __init__(self, parent, directory: Path, trains: tuple[str, ...], rank: int | None = None, experts: int | None = None):
         """`trains`: the module kinds this variant retrains (e.g. ("experts",), or ("experts",
         "heads", "router", "gate")); any other module is read from the parent run."""
@@ -32,8 +37,11 @@ class VariantRun:
         self.timings: dict[str, float] = {}
         write_json(self.dir / "variant.json", {"parent": str(parent.dir), "trains": list(trains), "rank": rank, "experts": experts})
 
-    def __getattr__(self, name: str):
-        return getattr(self.parent, name)  # data, backbone, features, fingerprint, device, ...
+    # The parent's features, hence their backbone, data and device.
+    device = property(lambda self: self.parent.device)
+    feature_dim = property(lambda self: self.parent.feature_dim)
+    fingerprint = property(lambda self: self.parent.fingerprint)
+    data_hash = property(lambda self: self.parent.data_hash)
 
     @cached_property
     def space(self) -> LabelSpace:

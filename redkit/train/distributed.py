@@ -5,7 +5,7 @@
                                                    train small modules on cached features, in one process
     torchrun --nproc_per_node N -m redkit.train.distributed RUN                  directly
 
-What the N processes compute, against the one-process run (`Ranks.shard` / `reduce_gradients`):
+What the N processes compute, against the one-process run (`Ranks.shard` / `reduce_gradients` in redkit/train/ranks.py):
   * the same epochs, the same shuffled order (seeded per epoch, identical on every rank) and the same
     global micro-batches of `batch_size` examples; each global batch is cut into N contiguous
     slices, one per rank, and every rank scales its slice's mean loss by (its rows / global rows),
@@ -33,72 +33,13 @@ import os
 import signal
 import subprocess
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 import torch.distributed as dist
 
 from redkit.errors import RedkitError
-
-
-@dataclass(frozen=True)
-class Ranks:
-    """This process's place among the stage's processes; `Ranks()` is the one-process run."""
-
-    rank: int = 0
-    world: int = 1
-
-    @property
-    def is_writer(self) -> bool:
-        return self.rank == 0
-
-    def shard(self, batch: torch.Tensor) -> tuple[torch.Tensor, float]:
-        """(B,) global batch -> (this rank's contiguous slice (b,), the weight of its mean loss).
-
-        The weight b / B makes the all-reduced sum of the ranks' gradients the gradient of the
-        global mean, also when B does not divide by N (the last batch of an epoch)."""
-        if self.world == 1:
-            return batch, 1.0
-        local = torch.tensor_split(batch, self.world)[self.rank]
-        return local, len(local) / len(batch)
-
-    def reduce_gradients(self, params: list[torch.nn.Parameter]) -> None:
-        """Sum every parameter's gradient over the ranks, in one flat all-reduce. A parameter no rank
-        gave a gradient keeps none (AdamW then skips it, as in one process); a rank whose slice was
-        empty contributes zeros."""
-        if self.world == 1:
-            return
-        present = torch.tensor([0.0 if p.grad is None else 1.0 for p in params], device=params[0].device)
-        flat = torch.cat([(torch.zeros_like(p) if p.grad is None else p.grad).reshape(-1) for p in params])
-        dist.all_reduce(present)
-        dist.all_reduce(flat)
-        offset = 0
-        for p, has in zip(params, present.tolist()):
-            n = p.numel()
-            p.grad = flat[offset:offset + n].view_as(p).clone() if has else None
-            offset += n
-
-    def sum(self, values: list[float]) -> list[float]:
-        """Floats summed over the ranks (float64), the same on every rank."""
-        if self.world == 1:
-            return values
-        t = torch.tensor(values, dtype=torch.float64)
-        dist.all_reduce(t)
-        dist.broadcast(t, 0)  # rank 0's bytes on every rank, whatever the all-reduce algorithm
-        return t.tolist()
-
-    def agree(self, value: float) -> float:
-        """Rank 0's `value` on every rank (what early stopping decides on)."""
-        if self.world == 1:
-            return value
-        t = torch.tensor([value], dtype=torch.float64)
-        dist.broadcast(t, 0)
-        return float(t.item())
-
-    def barrier(self) -> None:
-        if self.world > 1:
-            dist.barrier()
+from redkit.train.ranks import Ranks
 
 
 def check_nproc(nproc: int, base_examples: int, batch_size: int) -> None:

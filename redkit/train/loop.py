@@ -21,7 +21,7 @@ from torch import nn
 from tqdm.auto import tqdm
 
 from redkit.atomic import atomic_path, write_json
-from redkit.train.distributed import Ranks
+from redkit.train.ranks import Ranks
 
 
 @dataclass

@@ -27,15 +27,16 @@ from redkit.red.layer import new_expert
 from redkit.registry import Registry
 from redkit.run import Run
 from redkit.threads import one_thread
-from redkit.train.distributed import Ranks
 from redkit.train.loop import Checkpoint, FitResult, fit
+from redkit.train.ranks import Ranks
+from redkit.train.stage_run import StageRun
 
 # The references (redkit/references) register their own training stages.
 STAGES: Registry[Callable] = Registry("stage", plugins=("redkit.references.joint", "redkit.references.linear_probe"))
 EXPERT_KINDS = ("residual", "logit")
 
 
-def timed(run: Run, stage: str, work: Callable[[], dict]) -> dict:
+def timed(run: StageRun, stage: str, work: Callable[[], dict]) -> dict:
     start = time.perf_counter()
     summary = work()
     seconds = time.perf_counter() - start
@@ -44,7 +45,7 @@ def timed(run: Run, stage: str, work: Callable[[], dict]) -> dict:
     return summary
 
 
-def _meta(run: Run, module: nn.Module, kind: str, domain: int | None, result: FitResult,
+def _meta(run: StageRun, module: nn.Module, kind: str, domain: int | None, result: FitResult,
           precision: str = "fp32") -> ModuleMeta:
     """`precision`: the arithmetic it was trained in (fp32, or bf16 autocast); its weights are fp32."""
     return ModuleMeta(kind=kind, config=vars(module.config) if hasattr(module, "config") else {},
@@ -55,7 +56,7 @@ def _meta(run: Run, module: nn.Module, kind: str, domain: int | None, result: Fi
                                               "precision": precision})
 
 
-def _train_on_features(run: Run, stage: str, directory, module: nn.Module, loss_fn: Callable,
+def _train_on_features(run: StageRun, stage: str, directory, module: nn.Module, loss_fn: Callable,
                        train: tuple[torch.Tensor, ...], val: tuple[torch.Tensor, ...], kind: str,
                        domain: int | None, seed_offset: int, precision: str = "fp32") -> dict:
     """Fit `module` on cached features; `loss_fn(module, *tensors)` is a mean loss. `precision` bf16
@@ -65,7 +66,7 @@ def _train_on_features(run: Run, stage: str, directory, module: nn.Module, loss_
     module.to(run.device)
     train = tuple(t.to(run.device) for t in train)
     val = tuple(t.to(run.device) for t in val)
-    monitor = getattr(run, "monitor", None)  # a run may watch a stage train: monitor(stage, step, module)
+    monitor = run.monitor
     on_step = (lambda step, model: monitor(stage, step, model)) if monitor else None
 
     def in_precision(*tensors: torch.Tensor) -> torch.Tensor:
@@ -84,7 +85,7 @@ def _train_on_features(run: Run, stage: str, directory, module: nn.Module, loss_
     return {"module": str(directory), "epochs": result.epochs, "best_val_loss": result.best_val_loss}
 
 
-def load_classifier(run: Run) -> Classifier:
+def load_classifier(run: StageRun) -> Classifier:
     return load_module(run.module_dir("classifier"), run.fingerprint, run.feature_dim)[0].to(run.device)
 
 
@@ -195,7 +196,7 @@ def _domain_rows(labels: torch.Tensor, domain: int) -> torch.Tensor:
 
 
 @STAGES.register("experts")
-def stage_experts(run: Run, domains: list[int] | None = None, kinds: tuple[str, ...] = EXPERT_KINDS,
+def stage_experts(run: StageRun, domains: list[int] | None = None, kinds: tuple[str, ...] = EXPERT_KINDS,
                   precision: str = "fp32") -> dict:
     """Each expert sees only its own range's examples and nothing of the other experts: the RED
     model's part i, trained alone through its frozen classifier (`part_loss(i, ...)`); `precision`
@@ -227,7 +228,7 @@ def stage_experts(run: Run, domains: list[int] | None = None, kinds: tuple[str, 
 
 
 @STAGES.register("heads")
-def stage_heads(run: Run, domains: list[int] | None = None) -> dict:
+def stage_heads(run: StageRun, domains: list[int] | None = None) -> dict:
     """Full per-range heads for the baselines, and the global head on all of train."""
     def work() -> dict:
         h, y, d = run.split_tensors("train")
@@ -251,7 +252,7 @@ def stage_heads(run: Run, domains: list[int] | None = None) -> dict:
     return timed(run, "heads", work)
 
 
-def make_router(run: Run, role: str) -> RouterBase:
+def make_router(run: StageRun, role: str) -> RouterBase:
     """The run's router kind (`config.router`, a ROUTERS name) as RED's router (role "router") or
     the MoE gate (role "gate"). "dense" is the softmax MLP; a training-free router is built from the
     run's data or experts (`from_run`) instead of trained."""
@@ -261,7 +262,7 @@ def make_router(run: Run, role: str) -> RouterBase:
     return cls(cls.Config(dim=run.feature_dim, num_experts=run.space.num_domains, **options))
 
 
-def _fit_router(run: Run, stage: str, router: RouterBase, loss_fn: Callable, train: tuple, val: tuple, seed_offset: int) -> dict:
+def _fit_router(run: StageRun, stage: str, router: RouterBase, loss_fn: Callable, train: tuple, val: tuple, seed_offset: int) -> dict:
     directory = run.module_dir(stage)
     if not router.training_free:
         return _train_on_features(run, stage, directory, router, loss_fn, train, val, router.kind, None, seed_offset)
@@ -273,7 +274,7 @@ def _fit_router(run: Run, stage: str, router: RouterBase, loss_fn: Callable, tra
 
 
 @STAGES.register("router")
-def stage_router(run: Run) -> dict:
+def stage_router(run: StageRun) -> dict:
     """RED's router: trained after the experts are frozen, supervised on the range label."""
     def work() -> dict:
         h, _, d = run.split_tensors("train")
@@ -285,7 +286,7 @@ def stage_router(run: Run) -> dict:
     return timed(run, "router", work)
 
 
-def load_heads(run: Run) -> list[nn.Module]:
+def load_heads(run: StageRun) -> list[nn.Module]:
     heads = []
     for name in run.space.domains:
         path = run.module_dir("heads", name)
@@ -296,7 +297,7 @@ def load_heads(run: Run) -> list[nn.Module]:
 
 
 @STAGES.register("gate")
-def stage_gate(run: Run) -> dict:
+def stage_gate(run: StageRun) -> dict:
     """Classical MoE: a gate trained on the task loss of Σ α_i softmax(E_i(h)), experts frozen."""
     def work() -> dict:
         heads = [head.requires_grad_(False) for head in load_heads(run)]
