@@ -81,6 +81,8 @@ def _range(fitted, label) -> str | None:
 
 def _record(fitted, text: str, p) -> dict:
     record = {"text": text, "label": p.label, "probability": p.probability, "weights": p.weights}
+    if p.out_of_scope is not None:  # the run has an OOS threshold for this composition (fit --oos, clinc150)
+        record["out_of_scope"] = p.out_of_scope
     if _range(fitted, p.label) is not None:
         record["range"] = _range(fitted, p.label)
     if p.steps:
@@ -99,7 +101,9 @@ def _print_table(fitted, texts: list[str], predictions: list, composition: str) 
     ranges = [_range(fitted, p.label) for p in predictions]
     head = ["text", "label" if ranges[0] is None else "answer"] + ([] if ranges[0] is None else ["range"]) + ["p"]
     head += list(fitted.domains)
-    rows = [[text if len(text) <= TEXT_WIDTH else text[:TEXT_WIDTH - 1] + "…", str(p.label)]
+    # Under the run's OOS threshold (fit --oos, clinc150) a text may be answered "out of scope".
+    rows = [[text if len(text) <= TEXT_WIDTH else text[:TEXT_WIDTH - 1] + "…",
+             "out of scope" if p.out_of_scope else str(p.label)]
             + ([] if r is None else [r]) + [f"{p.probability:.3f}"] + [f"{p.weights[d]:.3f}" for d in fitted.domains]
             for text, p, r in zip(texts, predictions, ranges)]
     widths = [max(len(row[i]) for row in [head, *rows]) for i in range(len(head))]

@@ -99,13 +99,3 @@ def read_clinc150(directory: str | Path) -> Clinc150:
                 raise RedkitError(f"{r.where}: intent {r.answer!r} never occurs in train")
     return Clinc150(splits, oos, tuple(sorted({r.domain for r in splits["train"]})), tuple(sorted(trained)))
 
-
-def clinc150_fit_data(data: Clinc150):
-    """The in-scope splits as a fit run's data (redkit/fitting/data.py's FitData)."""
-    from redkit.fitting.data import FitData
-
-    notes = [f"CLINC150: {len(data.intents)} in-scope intents in {len(data.domains)} domains; out-of-scope queries "
-             f"({', '.join(f'{s} {len(t)}' for s, t in data.oos.items())}) are kept apart for the oos-threshold protocol "
-             "and never trained on"]
-    oos = {name: texts for name, texts in data.oos.items() if name != "oos_train"}  # oos-threshold trains on no OOS query
-    return FitData(dict(data.splits), data.intents, False, data.domains, notes, oos)

@@ -77,15 +77,26 @@ def load_fit_data(directory: Path, fields: Fields, seed: int, val_fraction: floa
     return FitData(splits, found_labels, numeric, found_domains, notes)
 
 
+def clinc150_fit_data(directory: Path) -> FitData:
+    """CLINC150's in-scope splits as a fit run's data; its oos_val and oos_test kept apart as texts
+    (oos_train is read and checked, never used: the oos-threshold protocol trains on no OOS query)."""
+    from redkit.data.clinc150 import read_clinc150
+
+    data = read_clinc150(directory)
+    notes = [f"CLINC150: {len(data.intents)} in-scope intents in {len(data.domains)} domains; out-of-scope queries "
+             f"({', '.join(f'{s} {len(t)}' for s, t in data.oos.items())}) are kept apart for the oos-threshold protocol "
+             "and never trained on"]
+    oos = {name: texts for name, texts in data.oos.items() if name != "oos_train"}
+    return FitData(dict(data.splits), data.intents, False, data.domains, notes, oos)
+
+
 def load_run_data(directory: Path, data_format: str, fields: Fields, seed: int, val_fraction: float,
                   oos_file: Path | None = None) -> FitData:
     """A fit run's data, whatever its format: a directory of files ("files") or CLINC150 as its
     authors published it ("clinc150", whose out-of-scope splits come along); `oos_file` adds (or
     replaces) the out-of-scope validation texts the OOS threshold is chosen on."""
     if data_format == "clinc150":
-        from redkit.data.clinc150 import clinc150_fit_data, read_clinc150
-
-        data = clinc150_fit_data(read_clinc150(directory))
+        data = clinc150_fit_data(directory)
     elif data_format == "files":
         data = load_fit_data(directory, fields, seed, val_fraction)
     else:

@@ -23,7 +23,6 @@ import torch
 from torch.nn import functional as F
 
 from redkit.compositions import ModuleSet, compose
-from redkit.evaluate import routing_accuracy
 from redkit.study.variant import VariantRun
 from redkit.train.stages import STAGES
 
