@@ -80,17 +80,16 @@ def test_an_oos_file_with_in_scope_labels_is_refused(tmp_path, capsys):
 
 
 class _Modules:
-    """The least a mixture needs: a classifier, residual experts and the run's LabelSpace."""
+    """The least a mixture needs: the RED model (classifier, residual experts) and the run's LabelSpace."""
 
     def __init__(self, classifier, experts, space):
-        self._classifier, self._experts = classifier, experts
+        from redkit.red import REDModel
+
+        self._red = REDModel.from_parts(classifier, experts, space.domains)
         self.run = type("R", (), {"space": space})()
 
-    def classifier(self):
-        return self._classifier
-
-    def experts(self, kind):
-        return self._experts
+    def red(self, kind):
+        return self._red
 
 
 def test_red_within_with_untrained_experts_and_the_label_router_is_the_classifier():
@@ -162,3 +161,23 @@ def test_clinc_run_has_references_label_structure_and_oos(clinc_run):
     prediction = redkit.load(clinc_run).predict(["how do i freeze my card", "who won the football game"])
     assert all(isinstance(p.out_of_scope, bool) for p in prediction)
     assert chosen["score"] in ("msp", "router", "product")
+
+
+@pytest.mark.slow
+def test_levers_study_measures_every_lever_without_touching_the_run(clinc_run, tmp_path):
+    from redkit.study import run_levers_study
+    from redkit.study.levers import LeverConfig
+
+    run = tmp_path / "run"
+    shutil.copytree(clinc_run, run)
+    before = sorted(str(p.relative_to(run)) for p in (run / "modules").rglob("*.safetensors"))
+    result = run_levers_study([run], LeverConfig(ranks=(8,), temperatures=(2.0,)), print_fn=lambda *_: None)
+    assert set(result["routing"]) >= {"dense (the run's)", "labels from global_full", "labels from C", "prototype",
+                                      "dense on frozen features", "dense, α at T=2.0", "dense, hard top-1 α"}
+    assert set(result["experts"]) == {"rank 96 (the run's)", "rank 48"}
+    for rows in (result["routing"], result["experts"]):
+        for row in rows.values():
+            assert all(0.0 <= row[f"{c}_{s}"] <= 1.0 for c in ("red", "red_within") for s in ("val", "test"))
+    assert result["base"][0]["base_fraction"] == 1.0 and "joint_test" in result["base"][0]
+    assert sorted(str(p.relative_to(run)) for p in (run / "modules").rglob("*.safetensors")) == before
+    assert (run / "studies" / "levers" / "report.md").is_file()
