@@ -122,7 +122,9 @@ def test_a_bundle_of_a_fit_run_predicts_and_evaluates_as_the_run(fitted, tmp_pat
     run, bundle = redkit.load(run_dir), redkit.load(tmp_path / "bundle")
     texts = ["refund the fee on my card", "give me a recipe for soup"]
     assert run.predict(texts) == bundle.predict(texts)
-    assert run.evaluate(data / "test.jsonl") == bundle.evaluate(data / "test.jsonl")
+    from_run, from_bundle = run.evaluate(data / "test.jsonl"), bundle.evaluate(data / "test.jsonl")
+    # A bundle carries RED's modules, not the non-modular references (joint, linear_probe) trained beside them.
+    assert {name: m for name, m in from_run.items() if name not in ("joint", "linear_probe")} == from_bundle
     assert not (tmp_path / "bundle" / "cache").exists()  # nothing written into the bundle
 
 

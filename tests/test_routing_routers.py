@@ -52,7 +52,7 @@ def test_every_router_the_dense_one_included_has_one_declared_interface(name):
     cls = ROUTERS[name]
     assert issubclass(cls, RouterBase) and cls.route is not RouterBase.route
     assert cls.name == name and MODULES[cls.kind] is cls and isinstance(cls.training_free, bool)
-    assert cls.training_free == (name in ("prototype", "arrow"))
+    assert cls.training_free == (name in ("prototype", "arrow", "labels"))
 
 
 def test_the_spine_does_not_probe_routers_for_what_they_are():
