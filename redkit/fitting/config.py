@@ -19,6 +19,10 @@ class FitConfig(StagedConfig):
     numeric_labels: bool = False  # every label is an integer: sorted numerically, predicted as ints
     domains: tuple[str, ...] = ()  # one expert each; found in the training file (add-domain appends)
     added_data: tuple[str, ...] = ()  # data directories of the domains add-domain plugged in later, in order
+    added_domains: tuple[str, ...] = ()  # the domains add-domain plugged in later (stage base never saw them)
+    removed_domains: tuple[str, ...] = ()  # the domains remove-domain took out, in order
+    label_rows: dict[str, tuple[str, ...]] = field(default_factory=dict)  # domain -> the new labels its label_rows module outputs
+    removed_labels: tuple[str, ...] = ()  # labels only removed domains had: masked, no composition predicts them
     backbone: BackboneConfig = field(default_factory=BackboneConfig)
     base_fraction: float = 0.1  # of train, stratified by domain, for stage base (the paper's 10%)
     base_val_examples: int | None = None  # stage base's per-epoch validation: all of val, or this many

@@ -1,0 +1,50 @@
+"""A run's config grown by new domains, and the new domains' own modules trained alone.
+
+Shared by `add-domain --data` (trained inside the new run) and `train-expert` (trained from a
+bundle, in an expert directory): the same config, the same seeds, so the same weights.
+"""
+
+from dataclasses import replace
+from pathlib import Path
+
+from redkit.errors import RedkitError
+from redkit.fitting.data import FitData
+from redkit.lifecycle.new_labels import train_label_rows
+from redkit.train.stages import STAGES
+
+
+def new_label_owners(new: FitData, old_labels: tuple[str, ...]) -> dict[str, tuple[str, ...]]:
+    """{new domain: the labels it brings that the run has never seen}; a new label used by two new
+    domains has no single owner and is refused (add them one domain at a time)."""
+    owners: dict[str, tuple[str, ...]] = {}
+    seen: dict[str, str] = {}
+    for r in new.splits["train"]:
+        if r.answer not in old_labels:
+            first = seen.setdefault(r.answer, r.domain)
+            if first != r.domain:
+                raise RedkitError(f"{r.where}: new label {r.answer!r} occurs in new domains {first!r} and {r.domain!r}; "
+                                  "a new label belongs to one domain's label rows: add one domain at a time")
+    for label in new.labels[len(old_labels):]:
+        owners.setdefault(seen[label], ())
+        owners[seen[label]] += (label,)
+    return owners
+
+
+def grown_config(config, new: FitData, data_dir: Path):
+    """`config` with the new domains (after the run's) and their new labels (after the run's, each
+    owned by the domain's label rows)."""
+    return replace(config, domains=(*config.domains, *new.domains), labels=tuple(new.labels),
+                   label_rows=dict(config.label_rows) | new_label_owners(new, tuple(config.labels)),
+                   added_data=(*config.added_data, str(data_dir)), added_domains=(*config.added_domains, *new.domains))
+
+
+def train_new_domains(run, names: tuple[str, ...], print_fn=print) -> None:
+    """Each new domain's residual expert (with its label rows, if it brought new labels), logit
+    expert and head, each trained alone on that domain's data through the frozen (joined) classifier."""
+    indices = [run.space.domains.index(d) for d in names]
+    for index in indices:
+        if run.space.domains[index] in run.config.label_rows:
+            print_fn(f"[label rows] {train_label_rows(run, index)}")
+    for stage in ("experts", "heads"):
+        outcome = STAGES[stage](run, domains=indices)
+        print_fn(f"[{stage}] {outcome if len(str(outcome)) < 200 else str(outcome)[:200] + ' ...'}")
