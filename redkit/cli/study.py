@@ -75,3 +75,18 @@ def seeds(args) -> None:
 
     config = SeedsConfig(task=args.task, seeds=args.seeds, n=args.n, max_epochs=args.max_epochs)
     run_seeds_study(args.out or Path("runs") / f"seeds-{args.task}", config)
+
+
+def _lifecycle_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--run", required=True, type=Path, help="a finished fit run (e.g. redkit reproduce clinc150)")
+    p.add_argument("--domain", action="append", default=None, help="a domain to remove and add back (default: every one)")
+    p.add_argument("--split", default="test")
+    p.add_argument("--joint-retrains", type=int, default=1, help="9-domain joint retrains, for the first N domains (default 1)")
+
+
+@sub_command(STUDIES, "lifecycle", _lifecycle_options)
+def lifecycle(args) -> None:
+    from redkit.lifecycle.study import LifecycleStudyConfig, run_lifecycle_study
+
+    run_lifecycle_study(args.run, LifecycleStudyConfig(domains=tuple(args.domain or ()), split=args.split,
+                                                       joint_retrains=args.joint_retrains))

@@ -13,28 +13,32 @@ from redkit.lifecycle.new_labels import train_label_rows
 from redkit.train.stages import STAGES
 
 
-def new_label_owners(new: FitData, old_labels: tuple[str, ...]) -> dict[str, tuple[str, ...]]:
-    """{new domain: the labels it brings that the run has never seen}; a new label used by two new
-    domains has no single owner and is refused (add them one domain at a time)."""
-    owners: dict[str, tuple[str, ...]] = {}
+def new_label_owners(new: FitData, config) -> dict[str, tuple[str, ...]]:
+    """{new domain: the labels it brings that the run cannot predict}: labels the run has never
+    seen, and labels a removed domain took with it (masked; a domain coming back brings them again).
+    A new label used by two new domains has no single owner and is refused (add one at a time)."""
+    predictable = set(config.labels) - set(config.removed_labels)
     seen: dict[str, str] = {}
     for r in new.splits["train"]:
-        if r.answer not in old_labels:
+        if r.answer not in predictable:
             first = seen.setdefault(r.answer, r.domain)
             if first != r.domain:
                 raise RedkitError(f"{r.where}: new label {r.answer!r} occurs in new domains {first!r} and {r.domain!r}; "
                                   "a new label belongs to one domain's label rows: add one domain at a time")
-    for label in new.labels[len(old_labels):]:
-        owners.setdefault(seen[label], ())
-        owners[seen[label]] += (label,)
+    owners: dict[str, tuple[str, ...]] = {}
+    for label in sorted(seen, key=new.labels.index):
+        owners[seen[label]] = owners.get(seen[label], ()) + (label,)
     return owners
 
 
 def grown_config(config, new: FitData, data_dir: Path):
-    """`config` with the new domains (after the run's) and their new labels (after the run's, each
-    owned by the domain's label rows)."""
+    """`config` with the new domains (after the run's) and the labels they bring (after the run's,
+    or masked ones unmasked), each owned by its domain's label rows."""
+    owners = new_label_owners(new, config)
+    brought = {label for labels in owners.values() for label in labels}
     return replace(config, domains=(*config.domains, *new.domains), labels=tuple(new.labels),
-                   label_rows=dict(config.label_rows) | new_label_owners(new, tuple(config.labels)),
+                   label_rows=dict(config.label_rows) | owners,
+                   removed_labels=tuple(label for label in config.removed_labels if label not in brought),
                    added_data=(*config.added_data, str(data_dir)), added_domains=(*config.added_domains, *new.domains))
 
 

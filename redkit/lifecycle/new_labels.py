@@ -1,9 +1,11 @@
-"""A new domain with labels the run has never seen: it brings its own *label rows*.
+"""A new domain with labels the run cannot predict (never seen, or taken out with a removed
+domain): it brings its own *label rows*.
 
 The shared classifier C was trained in stage base and is frozen; it cannot output a label it has
 no row for. So a domain that brings new labels also brings a small `LabelRows` module R_a over
 them, and the run's effective classifier becomes C's rows followed by each added domain's rows
-(redkit/modules/labels.py). R_a is trained *alone*, on the new domain's data only, together with
+(redkit/modules/labels.py); a label a removed domain took with it is masked in C, and the
+domain's rows output it instead when it comes back. R_a is trained *alone*, on the new domain's data only, together with
 that domain's residual expert, through the frozen C:
 
     logits = [C(h + Δh_a) ; R_a(h + Δh_a)]      (B, C_0 + |new|),  C frozen, Δh_a and R_a trained

@@ -7,6 +7,7 @@ module for them, and a removed domain's labels are *masked* (`redkit remove-doma
 run's label list so that class indices never shift, but no composition can predict them).
 
     classifier  C(h) (B, C_0)  +  R_a(h) (B, |new of a|)  + ...  ->  (B, C)   JoinedClassifier
+        (a removed domain that comes back owns rows for its masked labels: they replace C's columns)
     head / logit expert (B, C_i)  ->  (B, C), the labels it never saw filled  Widened
         heads: -inf (an old domain's head scores a later domain's labels as impossible)
         logit experts: 0 (no correction)

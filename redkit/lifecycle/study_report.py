@@ -1,0 +1,105 @@
+"""The report of `redkit study lifecycle`: a table per operation, the targets, one figure."""
+
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+from redkit.report import markdown_table, save_figure  # noqa: E402
+
+TARGETS = ("adding a domain costs ≤ 5 % of retraining joint; overall accuracy after adding within 0.5 points of the "
+           "run trained on all domains; the old domains lose ≤ 0.5 points")
+
+
+def _p(x) -> str:
+    return "–" if x is None else f"{100 * x:.2f}"
+
+
+def _d(a, b) -> str:
+    return "–" if a is None or b is None else f"{100 * (a - b):+.2f}"
+
+
+def figure(path: Path, result: dict, name: str) -> str:
+    """Overall accuracy vs seconds: one point per added domain, the run fitted on all domains, joint."""
+    fig, ax = plt.subplots(figsize=(6.4, 4.2))
+    adds = [(r["seconds"], r["after"][name]["overall"], r["domain"]) for r in result["add"] if name in r["after"]]
+    ax.scatter([s for s, _, _ in adds], [100 * a for _, a, _ in adds], color="C0", label=f"{name}: 9 domains + the added one")
+    for s, a, d in adds:
+        ax.annotate(d, (s, 100 * a), fontsize=6, xytext=(3, 2), textcoords="offset points")
+    ref, full = result["reference"], result["full_results"]
+    if name in full:
+        ax.scatter([ref["red_fit_seconds"]], [100 * full[name]["overall"]], color="C1", marker="s", label=f"{name}: fitted on all domains")
+    if ref.get("joint_seconds") and "joint" in full:
+        ax.scatter([ref["joint_seconds"]], [100 * full["joint"]["overall"]], color="C2", marker="^", label="joint retrained on all domains")
+    retrains = [(r["joint_retrained"]["seconds"], r["joint_retrained"]["overall"]) for r in result["remove"] if r.get("joint_retrained")]
+    if retrains:
+        ax.scatter([s for s, _ in retrains], [100 * a for _, a in retrains], color="C3", marker="v", label="joint retrained on 9 domains")
+    ax.set_xscale("log")
+    ax.set_xlabel("seconds (wall, CPU shared with other jobs: upper bounds)")
+    ax.set_ylabel(f"overall accuracy, % ({result['config']['split']})")
+    ax.set_title("Adding a domain vs retraining")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7, loc="lower right")
+    return save_figure(fig, path)
+
+
+def lifecycle_report(directory: Path, result: dict) -> str:
+    names, split = result["compositions"], result["config"]["split"]
+    main = "red_within" if "red_within" in names else "red"
+    ref = result["reference"]
+    lines = ["# Life cycle: each domain removed and added back", "",
+             f"Run: {result['run']}. Split: {split}. Compositions: {', '.join(names)}. Main composition: {main}.", "",
+             "## What each compared system saw", "",
+             "- **added** (`RUN − d + d`): the 9-domain parent is `RUN − d` (remove-domain), which shares RUN's stage base "
+             "(tuned backbone top, classifier C) and cached features; stage base saw d's share of the base subset, and C has "
+             "rows for d's labels, masked in `RUN − d`. The add trains d's experts, head and label rows for d's labels alone on "
+             "d's data, then router and gate over all domains. No add retrains stage base or re-encodes an old domain's text.",
+             "- **RED on all** is RUN itself (every stage on all domains).",
+             "- **joint on all** is RUN's own joint module (top layers + classifier fine-tuned on all of train)"
+             + ("." if ref.get("joint_seconds") else "; this run has none, so no joint comparison."),
+             f"- **joint on 9** is retrained only for the first {result['config']['joint_retrains']} domain(s) (cost).", "",
+             "Seconds: wall time of the command minus its evaluation, on a 2-core CPU shared with other jobs (upper bounds).", ""]
+    # ---- add
+    rows = []
+    for r in result["add"]:
+        a, f, p = r["after"].get(main, {}), r["full"].get(main, {}), r["parent"].get(main, {})
+        parent_others = p.get("overall")  # the parent's 9 domains = the added run's others
+        rows.append([r["domain"], f"{r['seconds']:.1f}", str(r["label_rows"]), _p(a.get("domain")), _p(f.get("domain")),
+                     _p(r["full"].get("joint", {}).get("domain")), _p(parent_others), _p(a.get("others")), _d(a.get("others"), parent_others),
+                     _p(a.get("overall")), _p(f.get("overall")), _d(a.get("overall"), f.get("overall")), str(r["unchanged"])])
+    lines += [f"## Add: each domain added to the other 9 ({main}, accuracy %)", "",
+              markdown_table(["domain", "s to add", "label rows", "on d: added", "on d: RED all", "on d: joint all",
+                              "other 9: before add", "other 9: after", "Δ other 9", "overall: added", "overall: RED all",
+                              "Δ vs RED all", "copies identical"], rows), ""]
+    # ---- remove
+    rows = []
+    for r in result["remove"]:
+        a, f = r["after"].get(main, {}), r["full"].get(main, {})
+        joint = r.get("joint_retrained")
+        rows.append([r["domain"], f"{r['seconds']:.1f}", _p(a.get("overall")), _p(f.get("overall")), _d(a.get("overall"), f.get("overall")),
+                     _p(joint["overall"]) if joint else "not retrained", f"{joint['seconds']:.0f}" if joint else "–", str(r["unchanged"])])
+    lines += [f"## Remove: each domain taken out ({main}, accuracy % on the remaining 9)", "",
+              markdown_table(["domain", "s to remove", "remaining 9: after removal", "same 9 in RED all", "Δ",
+                              "joint retrained on the 9", "s joint retrain", "copies identical"], rows), ""]
+    # ---- targets
+    adds = [r for r in result["add"] if main in r["after"]]
+    if adds:
+        cost = max(r["seconds"] for r in adds)
+        gap = min(r["after"][main]["overall"] - r["full"][main]["overall"] for r in adds)
+        loss = min(r["after"][main]["others"] - r["parent"][main]["overall"] for r in adds)
+        joint_s = ref.get("joint_seconds") or next((r["joint_retrained"]["seconds"] for r in result["remove"] if r.get("joint_retrained")), None)
+        lines += ["## Targets", "", f"Targets of the issue: {TARGETS}.", "",
+                  markdown_table(["measure", "worst over domains", "target", "met"],
+                                 [["seconds to add / seconds to retrain joint", f"{cost:.1f} / {joint_s:.0f} = {cost / joint_s:.1%}" if joint_s else f"{cost:.1f} / –",
+                                   "≤ 5 %", ("yes" if cost <= 0.05 * joint_s else "no") if joint_s else "no joint"],
+                                  ["overall after adding − RED on all (points)", f"{100 * gap:+.2f}", "≥ −0.5", "yes" if gap >= -0.005 else "no"],
+                                  ["other 9 after adding − before (points)", f"{100 * loss:+.2f}", "≥ −0.5", "yes" if loss >= -0.005 else "no"]]), ""]
+    lines += ["## Figure", "", f"![accuracy vs seconds]({figure(directory / 'figures' / 'add_vs_retrain.png', result, main)})", ""]
+    # ---- every composition
+    rows = [[r["domain"], n, _p(s["domain"]), _p(s["others"]), _p(s["overall"]), _p(r["full"].get(n, {}).get("overall"))]
+            for r in result["add"] for n, s in r["after"].items()]
+    lines += ["## Every composition after each add (accuracy %)", "",
+              markdown_table(["domain", "composition", "on d", "other 9", "overall", "overall in RED all"], rows), ""]
+    return "\n".join(lines)
