@@ -19,8 +19,8 @@ class FitConfig(StagedConfig):
     numeric_labels: bool = False  # every label is an integer: sorted numerically, predicted as ints
     domains: tuple[str, ...] = ()  # one expert each; found in the training file (add-domain appends)
     added_data: tuple[str, ...] = ()  # data directories of the domains add-domain plugged in later, in order
-    added_domains: tuple[str, ...] = ()  # the domains add-domain plugged in later (stage base never saw them)
-    removed_domains: tuple[str, ...] = ()  # the domains remove-domain took out, in order
+    added_domains: tuple[str, ...] = ()  # domains add-domain plugged in that the run never had (stage base never saw them)
+    removed_domains: tuple[str, ...] = ()  # the domains remove-domain took out, in order (a domain added back stays listed)
     label_rows: dict[str, tuple[str, ...]] = field(default_factory=dict)  # domain -> the new labels its label_rows module outputs
     removed_labels: tuple[str, ...] = ()  # labels only removed domains had: masked, no composition predicts them
     backbone: BackboneConfig = field(default_factory=BackboneConfig)

@@ -39,7 +39,8 @@ def grown_config(config, new: FitData, data_dir: Path):
     return replace(config, domains=(*config.domains, *new.domains), labels=tuple(new.labels),
                    label_rows=dict(config.label_rows) | owners,
                    removed_labels=tuple(label for label in config.removed_labels if label not in brought),
-                   added_data=(*config.added_data, str(data_dir)), added_domains=(*config.added_domains, *new.domains))
+                   added_data=(*config.added_data, str(data_dir)),
+                   added_domains=(*config.added_domains, *(d for d in new.domains if d not in config.removed_domains)))
 
 
 def train_new_domains(run, names: tuple[str, ...], print_fn=print) -> None:
