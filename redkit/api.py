@@ -20,6 +20,7 @@ class Prediction:
     weights: dict[str, float]  # expert weight by domain name (a steps run: its last step's)
     steps: list = field(default_factory=list)  # a steps run's executed steps (StepTrace), in order
     program: object = None  # a steps run's decomposed Program
+    out_of_scope: bool | None = None  # under the run's OOS threshold for this composition (None: the run has none)
 
 
 class FittedRun:
@@ -68,8 +69,24 @@ class FittedRun:
         composed = compose(composition, modules, h, alpha_router.argmax(dim=-1))
         weights = composed.weights if composed.weights is not None else alpha_router
         probs = composed.probs.cpu()
-        return [Prediction(self._label(int(p.argmax())), float(p.max()), dict(zip(self.domains, map(float, w))))
-                for p, w in zip(probs, weights.cpu())]
+        rejected = self._out_of_scope(composition, composed)
+        return [Prediction(self._label(int(p.argmax())), float(p.max()), dict(zip(self.domains, map(float, w))),
+                           out_of_scope=None if rejected is None else bool(r))
+                for p, w, r in zip(probs, weights.cpu(), rejected if rejected is not None else [None] * len(probs))]
+
+    def _out_of_scope(self, composition: str, composed):
+        """(N,) bool: below the composition's OOS threshold (`<run>/oos.json`, chosen on val +
+        OOS validation texts by `redkit fit --oos`), or None where the run has none for it."""
+        from redkit.jsonfile import read_json
+        from redkit.oos.evaluate import OOS_FILE
+        from redkit.oos.scores import score_table
+
+        path = Path(self.run.dir) / OOS_FILE
+        chosen = read_json(path, "an OOS threshold file").get(composition) if path.is_file() else None
+        if chosen is None:
+            return None
+        score = score_table(composed.probs, composed.weights)[chosen["score"]]
+        return (score < chosen["threshold"]).cpu().tolist()
 
     def _predict_steps(self, text: str, composition: str) -> Prediction:
         from redkit.steps.questions import explain
@@ -82,7 +99,7 @@ class FittedRun:
     def compositions(self) -> tuple[list[str], list[str]]:
         """(the compositions this run can evaluate by default, those it cannot): every one, except
         that a bundle exported without heads lacks the modules of moe, oracle, the global heads..."""
-        from redkit.compositions import COMPOSITIONS, ModuleSet, available_compositions
+        from redkit.compositions import ModuleSet, available_compositions, default_compositions
         from redkit.steps import StepsRun
 
         if isinstance(self.run, StepsRun):
@@ -90,7 +107,7 @@ class FittedRun:
 
             default = list(MODES.values())
         else:
-            default = COMPOSITIONS.names()
+            default = default_compositions(self.run.space)
         if getattr(self.run, "bundle", None) is None:
             return default, []
         return available_compositions(ModuleSet(self.run), default)
@@ -133,14 +150,18 @@ def fit(data_dir: str | Path, out: str | Path, *, text_field: str = "text", labe
         domain_field: str = "domain", backbone: str | Path | None = None, pooling: str = "mean",
         trainable_layers: int = 2, rank: int = 0, device: str = "cpu", precision: str = "fp32", seed: int = 0,
         base_fraction: float = 0.1, val_fraction: float = 0.1, router: str = "dense", max_epochs: int | None = None,
-        eval_files: Sequence[str | Path] = (), print_fn=print) -> FittedRun:
+        eval_files: Sequence[str | Path] = (), oos: str | Path | None = None, data_format: str = "files",
+        print_fn=print) -> FittedRun:
     """Train every stage of RED and its baselines on DATA_DIR's train (val, test) files into OUT.
     Everything is read and checked before anything is written: a bad line, field or option is one
-    RedkitError and leaves OUT as it was. Rerunning resumes; finished stages are never redone."""
+    RedkitError and leaves OUT as it was. Rerunning resumes; finished stages are never redone.
+    `oos`: a file of out-of-scope texts; the run then records an OOS threshold per composition
+    (chosen on val + these) and `predict` answers "out of scope" under it. `data_format`
+    "clinc150": DATA_DIR holds CLINC150's data_full.json and domains.json, OOS splits included."""
     from redkit.backbone import BackboneConfig
     from redkit.backbone.locate import check_model_dir
     from redkit.fitting.config import FitConfig
-    from redkit.fitting.data import load_fit_data
+    from redkit.fitting.data import label_domains, load_run_data
     from redkit.fitting.records import Fields
     from redkit.fitting.run import FitRun
     from redkit.modules.layers import ROUTERS
@@ -152,10 +173,13 @@ def fit(data_dir: str | Path, out: str | Path, *, text_field: str = "text", labe
     if backbone:
         check_model_dir(Path(backbone))
     data_dir, out = Path(data_dir).resolve(), Path(out)
-    data = load_fit_data(data_dir, Fields(text_field, label_field, domain_field), seed, val_fraction)
+    oos = Path(oos).resolve() if oos else None
+    data = load_run_data(data_dir, data_format, Fields(text_field, label_field, domain_field), seed, val_fraction, oos)
     config = FitConfig(seed=seed, expert_rank=rank, device=device, router=router, data_dir=str(data_dir),
+                       data_format=data_format, oos_file=str(oos) if oos else None,
                        text_field=text_field, label_field=label_field, domain_field=domain_field, val_fraction=val_fraction,
                        labels=data.labels, numeric_labels=data.numeric_labels, domains=data.domains,
+                       label_domains=label_domains(data),
                        backbone=BackboneConfig(path=str(Path(backbone).resolve()) if backbone else None, pooling=pooling,
                                                trainable_layers=trainable_layers, precision=precision),
                        base_fraction=base_fraction)

@@ -12,6 +12,9 @@ oracle variants) and returns `Composed(probs (N, C), weights (N, K) or None)`.
     red_oracle    RED with α = one-hot(true range)
     red_uniform   RED with α = 1/K ("AllFix")
     red_logits    softmax(C(h) + Σ α_i W_i h)                the original code's logit-space residual
+    red_within    Σ_i α_i softmax_{y∈D_i}(C(h + Δh_i(h)))    RED where each label belongs to one domain D_i:
+                  p(y) = α_{d(y)} · p_{d(y)}(y), each expert predicting within its own domain's labels
+    red_within_oracle  the same with α = one-hot(true domain)
 
 Each multi-expert composition is a `Mixture` (what the K experts output, how α combines it) and
 a source of α: a trained router (`ROUTED`: red, moe, red_logits, the ones routing noise acts on),
@@ -125,6 +128,20 @@ def _logit_corrections(modules: ModuleSet, h: torch.Tensor) -> torch.Tensor:
     return torch.stack([expert(h) for expert in modules.experts("logit")], dim=1)  # (N, K, C)
 
 
+def _expert_logits(modules: ModuleSet, h: torch.Tensor) -> torch.Tensor:
+    """(N, K, C): C(h + Δh_i(h)), what the shared classifier says with expert i alone."""
+    classifier = modules.classifier()
+    return torch.stack([classifier(h + expert(h)) for expert in modules.experts("residual")], dim=1)
+
+
+def _within_domains(modules: ModuleSet, h: torch.Tensor, logits: torch.Tensor, alpha: torch.Tensor) -> torch.Tensor:
+    """Σ_i α_i softmax over domain i's labels of expert i's logits (N, K, C) -> probs (N, C): each
+    label's probability comes from its own domain's expert only, weighted by that domain's α."""
+    mask = modules.run.space.domain_mask().to(logits.device)  # (K, C)
+    within = F.softmax(logits.masked_fill(~mask, float("-inf")), dim=-1)  # (N, K, C), 0 outside domain i
+    return _weighted(within, alpha)
+
+
 def _weighted(outputs: torch.Tensor, alpha: torch.Tensor) -> torch.Tensor:
     """Σ_i α_i outputs_i: (N, K, ·), (N, K) -> (N, ·)."""
     return (alpha.unsqueeze(-1) * outputs).sum(dim=1)
@@ -137,6 +154,8 @@ MIXTURES: dict[str, Mixture] = {
     "residual": Mixture(_residuals, lambda m, h, deltas, alpha: F.softmax(m.classifier()(h + _weighted(deltas, alpha)), dim=-1)),
     # softmax(C(h) + Σ_i α_i W_i h): the original code's logit-space residual
     "logit": Mixture(_logit_corrections, lambda m, h, dz, alpha: F.softmax(m.classifier()(h) + _weighted(dz, alpha), dim=-1)),
+    # Σ_i α_i softmax_{y∈D_i}(C(h + Δh_i(h))): RED with the label structure (each label in one domain)
+    "within": Mixture(_expert_logits, _within_domains),
 }
 
 
@@ -204,7 +223,16 @@ _register_routed("red", "residual", "router")
 _register_fixed("red_oracle", "residual", lambda m, h, y: one_hot_alpha(y, m.run.space.num_domains))
 _register_fixed("red_uniform", "residual", lambda m, h, y: uniform_alpha(len(h), m.run.space.num_domains, h.device))
 _register_routed("red_logits", "logit", "router")
-NEEDS_DOMAIN = ("oracle", "red_oracle")  # the compositions given each example's true domain
+_register_routed("red_within", "within", "router")
+_register_fixed("red_within_oracle", "within", lambda m, h, y: one_hot_alpha(y, m.run.space.num_domains))
+NEEDS_DOMAIN = ("oracle", "red_oracle", "red_within_oracle")  # the compositions given each example's true domain
+NEEDS_LABEL_DOMAINS = ("red_within", "red_within_oracle")  # every label in one domain (LabelSpace.class_domains)
+
+
+def default_compositions(space) -> list[str]:
+    """Every composition a run with this LabelSpace can score: those that split the labels among
+    the domains only where each label belongs to one."""
+    return [name for name in COMPOSITIONS.names() if space.class_domains or name not in NEEDS_LABEL_DOMAINS]
 
 
 @torch.no_grad()

@@ -6,10 +6,10 @@ from pathlib import Path
 
 import torch
 
-from redkit.compositions import COMPOSITIONS, NEEDS_DOMAIN, ModuleSet
+from redkit.compositions import NEEDS_DOMAIN, Composed, ModuleSet, default_compositions
 from redkit.data.expression import OPERATORS
 from redkit.data.records import Example
-from redkit.evaluate import evaluate_compositions, routing_accuracy
+from redkit.evaluate import evaluate_compositions, routing_accuracy, score_composed
 from redkit.run import Run, RunConfig
 from redkit.train.distributed import check_run_nproc, launch_base
 from redkit.train.stages import PIPELINE, STAGES
@@ -38,14 +38,23 @@ def evaluate_examples(run: Run, modules: ModuleSet, name: str, examples: list, n
     labels = torch.tensor([run.domain_label(ex) for ex in examples]) if labels is None else labels
     if (labels < 0).any():
         names = [n for n in names if n not in NEEDS_DOMAIN]
-    return evaluate_compositions(modules, h, run.classes(examples), labels, names, metrics=run.metrics,
-                                 groups=run.groups(examples), domain_accuracy=bool(run.space.labels))
+    classes, groups = run.classes(examples), run.groups(examples)
+    results = evaluate_compositions(modules, h, classes, labels, names, metrics=run.metrics, groups=groups,
+                                    domain_accuracy=bool(run.space.labels))
+    if run.config.references and run.bundle is None:  # a bundle carries RED's modules, not the references
+        from redkit.references import REFERENCES
+
+        texts = [ex.question for ex in examples]
+        for reference in run.config.references:
+            composed = Composed(REFERENCES[reference].probs(run, name, texts), None)
+            results[reference] = score_composed(composed, classes, labels, run.space, run.metrics, groups)
+    return results
 
 
 def evaluate_run(run: Run, eval_files: tuple[Path, ...] = ()) -> dict:
     start = time.perf_counter()
     modules = ModuleSet(run)
-    names = COMPOSITIONS.names()
+    names = default_compositions(run.space)
     results = {"splits": {}, "router": {}, "gate": {}, "external": {}}
     for split in run.evaluation_splits:
         results["splits"][split] = evaluate_examples(run, modules, split, run.splits[split], names)
@@ -56,6 +65,10 @@ def evaluate_run(run: Run, eval_files: tuple[Path, ...] = ()) -> dict:
             results["gate"][split] = routing_accuracy(modules.gate(), h.to(run.device), labels)
     for path in eval_files:
         results["external"][Path(path).name] = evaluate_file(run, modules, Path(path), names)
+    if run.oos_texts:
+        from redkit.oos.evaluate import evaluate_oos
+
+        results["oos"] = evaluate_oos(run, modules, names)
     run.add_time("evaluate", time.perf_counter() - start)
     return results
 
@@ -82,7 +95,7 @@ def run_pipeline(run: Run, eval_files: tuple[Path, ...] = (), print_fn=print, su
     summary = summary or run.prepare_data()
     if "data" not in run.timings:
         run.add_time("data", time.perf_counter() - start)
-    train_stages(run, nproc, print_fn)
+    train_stages(run, nproc, print_fn, PIPELINE + tuple(run.config.references))
     results = evaluate_run(run, eval_files)
     config = run.config
     results = run.record(results | {"task": config.task, "seed": config.seed, "config": asdict(config), "data": summary}, wall)

@@ -10,10 +10,12 @@ import matplotlib.pyplot as plt  # noqa: E402
 from redkit.atomic import atomic_path, write_text  # noqa: E402
 from redkit.data.vocabulary import BOUNDARY_ANSWERS, SHORT_NAMES  # noqa: E402
 
-LABELS = {"global_10pct": "Global head (10% data, base)", "global_full": "Global head (100% data)",
+LABELS = {"global_10pct": "Global head (base's classifier C)", "global_full": "Global head (100% data)",
           "oracle": "Oracle per-range heads", "uniform": "Uniform avg (all_fixed)", "moe": "MoE gating (softmax)",
           "red": "**RED (router)**", "red_oracle": "RED, oracle α", "red_uniform": "RED, uniform α (AllFix)",
-          "red_logits": "RED in logit space (original code)"}
+          "red_logits": "RED in logit space (original code)",
+          "red_within": "**RED within domains** (p(y) = α_d(y) p_d(y))", "red_within_oracle": "RED within domains, oracle α",
+          "joint": "joint (top layers + classifier on 100% of train)", "linear_probe": "linear probe (frozen features, LR)"}
 
 
 def _f(x: float) -> str:

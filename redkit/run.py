@@ -50,6 +50,7 @@ from redkit.train.loop import TrainConfig
 # the same gradient as the paper's 16 x 4 accumulation, in a quarter of the Python calls.
 DEFAULT_STAGE_OVERRIDES = {
     "base": {"lr": 4e-4, "head_lr": 4e-3, "max_epochs": 15, "batch_size": 64},
+    "joint": {"lr": 4e-4, "head_lr": 4e-3, "max_epochs": 15, "batch_size": 64},  # stage base's recipe on all of train
     "experts": {"lr": 1e-3, "batch_size": 64},
     "heads": {"lr": 1e-3, "batch_size": 64},
     "router": {"lr": 1e-3, "batch_size": 64},
@@ -65,13 +66,16 @@ class StagedConfig:
     expert_rank: int = 0  # r of the residual experts; 0 = d // 4
     device: str = "cpu"
     router: str = "dense"  # a ROUTERS name: the router and the gate of stages router / gate (dense: softmax MLP)
+    router_options: dict = field(default_factory=dict)  # the router's own settings (dense: hidden; labels: source, temperature)
+    references: tuple[str, ...] = ()  # REFERENCES names trained and scored beside the compositions (joint, linear_probe)
     train: TrainConfig = field(default_factory=TrainConfig)
     stage_overrides: dict[str, dict] = field(default_factory=lambda: json.loads(json.dumps(DEFAULT_STAGE_OVERRIDES)))
 
-    def cap_epochs(self, max_epochs: int | None, stages: tuple[str, ...] = ("base", "experts", "heads", "router", "gate")) -> None:
-        """Cap the epochs of `stages` (default every one: quick runs); None leaves each stage's own cap."""
+    def cap_epochs(self, max_epochs: int | None, stages: tuple[str, ...] | None = None) -> None:
+        """Cap the epochs of `stages` (default every one, references included: quick runs); None
+        leaves each stage's own cap."""
         if max_epochs is not None:
-            for stage in stages:
+            for stage in stages or ("base", "experts", "heads", "router", "gate", "joint"):
                 self.stage_overrides.setdefault(stage, {})["max_epochs"] = max_epochs
 
     def train_config(self, stage: str) -> TrainConfig:
@@ -209,6 +213,8 @@ class Run:
             return json.loads((self.dir / "data" / "splits.json").read_text())
         datasets = generate(self.config.data)
         return write_dataset(self.dir / "data", datasets, self.config.data)
+
+    oos_texts: dict[str, list[str]] = {}  # out-of-scope texts by split (oos_val, oos_test): a fit run's, where given
 
     @cached_property
     def splits(self) -> dict[str, list[Example]]:

@@ -14,7 +14,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from redkit.data.vocabulary import MIN_ANSWER, NUM_CLASSES, SHORT_NAMES
+from redkit.data.vocabulary import MAX_ANSWER, MIN_ANSWER, NUM_CLASSES, RANGES, SHORT_NAMES
 from redkit.errors import RedkitError
 
 
@@ -25,11 +25,26 @@ class LabelSpace:
     first_value: int = 0  # the value of class 0
     equal_parts: bool = False  # the domains are K contiguous runs of classes of equal width (`in_equal_parts`)
     labels: tuple[str, ...] = ()  # when given, class c stands for labels[c] (and first_value is unused)
+    # Where every class belongs to exactly one domain (answer ranges, CLINC150's intents): the
+    # domain index of each class (C,), -1 for a removed domain's; empty where a label occurs in several domains.
+    class_domains: tuple[int, ...] = ()
 
     @classmethod
-    def of_labels(cls, labels: tuple[str, ...], domains: tuple[str, ...]) -> "LabelSpace":
-        """The space whose classes are named labels (a fit run's, in the order recorded in the run)."""
-        return cls(num_classes=len(labels), domains=tuple(domains), labels=tuple(labels))
+    def of_labels(cls, labels: tuple[str, ...], domains: tuple[str, ...], label_domains: tuple[str, ...] = ()) -> "LabelSpace":
+        """The space whose classes are named labels (a fit run's, in the order recorded in the run);
+        `label_domains`: the one domain of each label, where each has one."""
+        return cls(num_classes=len(labels), domains=tuple(domains), labels=tuple(labels),
+                   class_domains=tuple(domains.index(d) if d in domains else -1 for d in label_domains))
+
+    def domain_mask(self):
+        """(K, C) bool tensor: class c belongs to domain k. A RedkitError where labels are shared."""
+        import torch
+
+        if not self.class_domains:
+            raise RedkitError("this run's labels do not each belong to one domain, so no composition can "
+                              "split its classes among the experts (red_within)")
+        # a class of a removed domain (-1: redkit remove-domain) belongs to none
+        return torch.tensor(self.class_domains)[None, :] == torch.arange(self.num_domains)[:, None]
 
     @classmethod
     def of_values(cls, low: int, high: int, domains: tuple[str, ...]) -> "LabelSpace":
@@ -61,7 +76,8 @@ class LabelSpace:
         equal width: domain of class c = floor(c k / C) (`--experts K`, and the study of K)."""
         if not 2 <= k <= self.num_classes:
             raise RedkitError(f"--experts {k}: the number of experts must be between 2 and {self.num_classes} (the classes)")
-        return replace(self, domains=tuple(f"part{i + 1}of{k}" for i in range(k)), equal_parts=True)
+        return replace(self, domains=tuple(f"part{i + 1}of{k}" for i in range(k)), equal_parts=True,
+                       class_domains=tuple(c * k // self.num_classes for c in range(self.num_classes)))
 
     def domain_of_class(self, cls):
         """Domain of a class (int, numpy array or tensor) in a space made by `in_equal_parts`."""
@@ -90,4 +106,6 @@ class LabelSpace:
 UNSEEN = "<unseen label>"  # the value of class -1: an evaluated label the run was never trained on
 
 
-ANSWER_RANGES = LabelSpace(num_classes=NUM_CLASSES, domains=SHORT_NAMES, first_value=MIN_ANSWER)
+ANSWER_RANGES = LabelSpace(num_classes=NUM_CLASSES, domains=SHORT_NAMES, first_value=MIN_ANSWER,
+                           class_domains=tuple(next(k for k, (low, high) in enumerate(RANGES) if low <= value <= high)
+                                               for value in range(MIN_ANSWER, MAX_ANSWER + 1)))

@@ -13,11 +13,25 @@ def _options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--text-field", default="text")
     p.add_argument("--label-field", default="label")
     p.add_argument("--domain-field", default="domain")
-    p.add_argument("--base-fraction", type=float, default=0.1, help="of train, stratified by domain, for stage base (default 0.10)")
     p.add_argument("--val-fraction", type=float, default=0.1, help="of each domain's train held out when there is no val file")
+    p.add_argument("--oos", type=Path, default=None,
+                   help="out-of-scope validation texts (JSONL/CSV): record an OOS threshold; predict then says 'out of scope'")
+    fit_model_options(p)
+
+
+def fit_model_options(p: argparse.ArgumentParser) -> None:
+    """The model and stage flags of a fit run (`redkit fit`, `redkit reproduce clinc150`)."""
+    p.add_argument("--base-fraction", type=float, default=0.1, help="of train, stratified by domain, for stage base (default 0.10)")
     eval_option(p)
     model_options(p)
     router_option(p)
+
+
+def fit_kwargs(args) -> dict:
+    """The API's keyword arguments of the flags `fit_model_options` adds."""
+    return dict(backbone=args.backbone, pooling=args.pooling, trainable_layers=args.trainable_layers, rank=args.rank,
+                device=args.device, precision=args.precision, seed=args.seed, base_fraction=args.base_fraction,
+                router=args.router, max_epochs=args.max_epochs, eval_files=args.eval_files)
 
 
 @command("fit", options=_options, help="train RED and its baselines on your own labelled text with domains")
@@ -25,6 +39,4 @@ def run(args) -> None:
     from redkit.api import fit
 
     fit(args.data, args.out, text_field=args.text_field, label_field=args.label_field, domain_field=args.domain_field,
-        backbone=args.backbone, pooling=args.pooling, trainable_layers=args.trainable_layers, rank=args.rank,
-        device=args.device, precision=args.precision, seed=args.seed, base_fraction=args.base_fraction,
-        val_fraction=args.val_fraction, router=args.router, max_epochs=args.max_epochs, eval_files=args.eval_files)
+        val_fraction=args.val_fraction, oos=args.oos, **fit_kwargs(args))

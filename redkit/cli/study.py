@@ -61,7 +61,8 @@ def ablation(args) -> None:
 
 
 def _seeds_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--task", default="task1", help="task1 | task2 | digits")
+    p.add_argument("--task", default="task1", help="task1 | task2 | digits | clinc150 (at redkit fit's defaults)")
+    p.add_argument("--data", type=Path, default=None, help="clinc150: its data_full.json + domains.json (default ../shared/external/clinc150)")
     p.add_argument("--seeds", type=int, default=5, help="replicates, seeds 0..N-1 (default 5)")
     p.add_argument("--out", type=Path, default=None, help="default runs/seeds-<task>")
     p.add_argument("--n", type=int, default=None, help="examples of a text task (default: the task's)")
@@ -73,8 +74,22 @@ def seeds(args) -> None:
     from redkit.study import run_seeds_study
     from redkit.study.seeds import SeedsConfig
 
-    config = SeedsConfig(task=args.task, seeds=args.seeds, n=args.n, max_epochs=args.max_epochs)
+    config = SeedsConfig(task=args.task, seeds=args.seeds, n=args.n, max_epochs=args.max_epochs,
+                         data_dir=str(args.data.resolve()) if args.data else None)
     run_seeds_study(args.out or Path("runs") / f"seeds-{args.task}", config)
+
+
+def _levers_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--run", required=True, type=Path, action="append",
+                   help="a trained fit / clinc150 run (repeat: one per stage-base recipe; routing and expert levers use the first)")
+
+
+@sub_command(STUDIES, "levers", _levers_options)
+def levers(args) -> None:
+    from redkit.study import run_levers_study
+    from redkit.study.levers import LeverConfig
+
+    run_levers_study(args.run, LeverConfig())
 
 
 def _lifecycle_options(p: argparse.ArgumentParser) -> None:

@@ -23,7 +23,8 @@ from redkit.data.idx import load_digits_dataset, load_mnist
 from redkit.errors import RedkitError
 from redkit.space import LabelSpace
 
-DIGIT_PAIRS = LabelSpace(num_classes=10, domains=("d01", "d23", "d45", "d67", "d89"))
+DIGIT_PAIRS = LabelSpace(num_classes=10, domains=("d01", "d23", "d45", "d67", "d89"),
+                         class_domains=tuple(digit // 2 for digit in range(10)))
 DOMAIN_OF_CLASS = tuple(DIGIT_PAIRS.domains[digit // 2] for digit in range(10))  # class -> domain name
 SPLIT_NAMES = ("train", "val", "test")
 

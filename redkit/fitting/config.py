@@ -11,6 +11,8 @@ from redkit.run import StagedConfig
 class FitConfig(StagedConfig):
     task: str = "fit"
     data_dir: str = ""  # train.jsonl|csv, optional val and test, as given (resolved path)
+    data_format: str = "files"  # "files": DIR/train.jsonl|csv ...; "clinc150": the authors' data_full.json + domains.json
+    oos_file: str | None = None  # out-of-scope validation texts (`--oos`): the OOS threshold is chosen on them
     text_field: str = "text"
     label_field: str = "label"
     domain_field: str = "domain"
@@ -18,6 +20,7 @@ class FitConfig(StagedConfig):
     labels: tuple[str, ...] = ()  # class c stands for labels[c]; found in the training file
     numeric_labels: bool = False  # every label is an integer: sorted numerically, predicted as ints
     domains: tuple[str, ...] = ()  # one expert each; found in the training file (add-domain appends)
+    label_domains: tuple[str, ...] = ()  # the one domain of each label, where every label has one in train; else empty
     added_data: tuple[str, ...] = ()  # data directories of the domains add-domain plugged in later, in order
     added_domains: tuple[str, ...] = ()  # domains add-domain plugged in that the run never had (stage base never saw them)
     removed_domains: tuple[str, ...] = ()  # the domains remove-domain took out, in order (a domain added back stays listed)
@@ -25,4 +28,5 @@ class FitConfig(StagedConfig):
     removed_labels: tuple[str, ...] = ()  # labels only removed domains had: masked, no composition predicts them
     backbone: BackboneConfig = field(default_factory=BackboneConfig)
     base_fraction: float = 0.1  # of train, stratified by domain, for stage base (the paper's 10%)
+    references: tuple[str, ...] = ("joint", "linear_probe")  # a fit run is always measured against both
     base_val_examples: int | None = None  # stage base's per-epoch validation: all of val, or this many

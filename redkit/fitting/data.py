@@ -6,7 +6,7 @@
 """
 
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from redkit.errors import RedkitError
@@ -22,6 +22,7 @@ class FitData:
     numeric_labels: bool
     domains: tuple[str, ...]
     notes: list[str]  # what was done that the user did not ask for (val carved, no test)
+    oos: dict[str, list[str]] = field(default_factory=dict)  # out-of-scope texts: oos_val (threshold), oos_test
 
 
 def split_file(directory: Path, name: str) -> Path | None:
@@ -77,6 +78,36 @@ def load_fit_data(directory: Path, fields: Fields, seed: int, val_fraction: floa
     else:  # a label never seen in training is allowed here: it is scored as wrong
         splits["test"] = _checked(read_records(test_path, fields, reader), None, found_domains, fields)
     return FitData(splits, found_labels, numeric, found_domains, notes)
+
+
+def load_run_data(directory: Path, data_format: str, fields: Fields, seed: int, val_fraction: float,
+                  oos_file: Path | None = None) -> FitData:
+    """A fit run's data, whatever its format: a directory of files ("files") or CLINC150 as its
+    authors published it ("clinc150", whose out-of-scope splits come along); `oos_file` adds (or
+    replaces) the out-of-scope validation texts the OOS threshold is chosen on."""
+    if data_format == "clinc150":
+        from redkit.data.clinc150 import clinc150_fit_data, read_clinc150
+
+        data = clinc150_fit_data(read_clinc150(directory))
+    elif data_format == "files":
+        data = load_fit_data(directory, fields, seed, val_fraction)
+    else:
+        raise RedkitError(f"data format {data_format!r} is not one of: files, clinc150")
+    if oos_file is not None:
+        from redkit.oos.data import read_oos_file
+
+        data.oos["oos_val"] = read_oos_file(Path(oos_file), fields, data.labels)
+    return data
+
+
+def label_domains(data: FitData) -> tuple[str, ...]:
+    """The one domain of each label in train, in label order; empty where some label has several."""
+    seen: dict[str, set[str]] = {}
+    for r in data.splits["train"]:
+        seen.setdefault(r.answer, set()).add(r.domain)
+    if any(len(domains) > 1 for domains in seen.values()):
+        return ()
+    return tuple(next(iter(seen[label])) for label in data.labels)
 
 
 def _checked(records: list[Record], labels: tuple[str, ...] | None, domains: tuple[str, ...], fields: Fields) -> list[Record]:

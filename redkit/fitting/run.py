@@ -13,9 +13,10 @@ from pathlib import Path
 import torch
 
 from redkit.atomic import write_json, write_jsonl
+from redkit.data.records import jsonl_objects
 from redkit.errors import RedkitError
 from redkit.fitting.config import FitConfig
-from redkit.fitting.data import FitData, load_fit_data
+from redkit.fitting.data import FitData, load_run_data
 from redkit.fitting.records import Fields, LabelReader, Record, read_records
 from redkit.run import Run
 from redkit.space import LabelSpace
@@ -30,11 +31,13 @@ class FitRun(Run):
 
     @cached_property
     def space(self) -> LabelSpace:
-        return LabelSpace.of_labels(tuple(self.config.labels), tuple(self.config.domains))
+        return LabelSpace.of_labels(tuple(self.config.labels), tuple(self.config.domains), tuple(self.config.label_domains))
 
     def load_data(self) -> FitData:
         """The run's data directory read and checked again (nothing written)."""
-        return load_fit_data(Path(self.config.data_dir), self.fields, self.config.seed, self.config.val_fraction)
+        oos = Path(self.config.oos_file) if self.config.oos_file else None
+        return load_run_data(Path(self.config.data_dir), self.config.data_format, self.fields, self.config.seed,
+                             self.config.val_fraction, oos)
 
     def prepare_data(self, data: FitData | None = None) -> dict:
         """Write the splits once (from `data`, already read, or from the data directory); reruns reuse them."""
@@ -49,9 +52,12 @@ class FitRun(Run):
     def write_data(self, data: FitData) -> dict:
         for name, records in data.splits.items():
             write_jsonl(self.dir / "data" / f"{name}.jsonl", (r.to_json() for r in records))
+        for name, texts in data.oos.items():
+            write_jsonl(self.dir / "data" / f"{name}.jsonl", ({"id": i, "text": t} for i, t in enumerate(texts)))
         summary = {"splits": {name: {"count": len(records), "per_domain": {d: sum(r.domain == d for r in records)
                                                                           for d in self.space.domains}}
                               for name, records in data.splits.items()},
+                   "oos": {name: len(texts) for name, texts in data.oos.items()},
                    "labels": list(self.space.labels), "domains": list(self.space.domains), "notes": data.notes}
         write_json(self.dir / "data" / "splits.json", summary)
         return summary
@@ -60,6 +66,12 @@ class FitRun(Run):
     def splits(self) -> dict[str, list[Record]]:
         names = json.loads((self.dir / "data" / "splits.json").read_text())["splits"]
         return {name: read_records(self.dir / "data" / f"{name}.jsonl", Fields(), LabelReader()) for name in names}
+
+    @cached_property
+    def oos_texts(self) -> dict[str, list[str]]:
+        """Out-of-scope texts by split (oos_val, oos_test), where the run has any."""
+        names = json.loads((self.dir / "data" / "splits.json").read_text()).get("oos", {})
+        return {name: [obj["text"] for _, obj in jsonl_objects(self.dir / "data" / f"{name}.jsonl")] for name in names}
 
     def subset_sizes(self, size: int, pools: list[list[int]]) -> list[int]:
         """Stratified by domain: each domain in proportion to its examples (at least one), since

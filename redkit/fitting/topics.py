@@ -80,3 +80,34 @@ def write_topics(directory: str | Path, train: int = 5000, val: int = 500, test:
             rows = topic_records(n, domains, labels_per_domain, seed * 10 + offset)
             write_text(directory / f"{name}.jsonl", "".join(json.dumps(r) + "\n" for r in rows))
     return directory
+
+
+def write_clinc_format(directory: str | Path, per_label: tuple[int, int, int] = (16, 4, 4), oos: tuple[int, int, int] = (6, 8, 8),
+                       domains: int = 3, labels_per_domain: int = 3, seed: int = 0) -> Path:
+    """The generated topics in CLINC150's published layout (data_full.json with train/val/test and
+    oos_train/oos_val/oos_test as [text, intent] pairs, domains.json): `per_label` queries per label
+    and split, `oos` out-of-scope queries per split, drawn from topics the in-scope domains do not use."""
+    directory = Path(directory)
+    pool = topic_records(40 * domains * labels_per_domain * sum(per_label), domains, labels_per_domain, seed)
+    data, taken = {}, set()
+    for name, count in zip(("train", "val", "test"), per_label):
+        pairs = []
+        for label in sorted({r["label"] for r in pool}):
+            rows = [r for r in pool if r["label"] == label and r["text"] not in taken][:count]
+            taken.update(r["text"] for r in rows)
+            pairs += [[r["text"], label] for r in rows]
+        data[name] = pairs
+    outside = topic_records(200, len(TOPICS), 5, seed + 1)
+    outside = [r["text"] for r in outside if r["domain"] not in list(TOPICS)[:domains]]
+    start = 0
+    for name, count in zip(("oos_train", "oos_val", "oos_test"), oos):
+        data[name] = [[text, "oos"] for text in outside[start:start + count]]
+        start += count
+    grouped: dict[str, list[str]] = {}
+    for r in pool:
+        grouped.setdefault(r["domain"], [])
+        if r["label"] not in grouped[r["domain"]]:
+            grouped[r["domain"]].append(r["label"])
+    write_text(directory / "data_full.json", json.dumps(data))
+    write_text(directory / "domains.json", json.dumps(grouped, indent=1))
+    return directory

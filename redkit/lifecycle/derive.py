@@ -8,7 +8,7 @@
 
 import json
 import time
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 
 import torch
@@ -59,7 +59,10 @@ def derive(parent: FitRun, out: Path, config, splits: dict[str, list[Record]], n
            parts: list[tuple[str, ...]]) -> tuple[FitRun, dict, dict[str, str]]:
     """The new run at `out`: config, data, copied modules (their parent sha256 returned, by path)
     and the parent's features, reused for the texts they share."""
-    data = FitData(splits, tuple(config.labels), config.numeric_labels, tuple(config.domains), notes)
+    # The references (joint, linear_probe) are not part of the modular predictor: retraining them is
+    # what the life cycle avoids, so a derived run has none (the parent's stay the parent's).
+    config = replace(config, references=())
+    data = FitData(splits, tuple(config.labels), config.numeric_labels, tuple(config.domains), notes, oos=dict(parent.oos_texts))
     run = FitRun(out, config)
     summary = run.prepare_data(data)
     digests = copy_modules(parent, run, parts)

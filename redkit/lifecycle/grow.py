@@ -37,10 +37,23 @@ def grown_config(config, new: FitData, data_dir: Path):
     owners = new_label_owners(new, config)
     brought = {label for labels in owners.values() for label in labels}
     return replace(config, domains=(*config.domains, *new.domains), labels=tuple(new.labels),
+                   label_domains=grown_label_domains(config, new, owners),
                    label_rows=dict(config.label_rows) | owners,
                    removed_labels=tuple(label for label in config.removed_labels if label not in brought),
                    added_data=(*config.added_data, str(data_dir)),
                    added_domains=(*config.added_domains, *(d for d in new.domains if d not in config.removed_domains)))
+
+
+def grown_label_domains(config, new: FitData, owners: dict[str, tuple[str, ...]]) -> tuple[str, ...]:
+    """The one domain of each label (red_within's label structure), grown by the new labels; empty
+    where the run had none, or where a new domain uses a label another domain predicts."""
+    if not config.label_domains:
+        return ()
+    brought = {label: domain for domain, labels in owners.items() for label in labels}
+    if any(r.answer not in brought for r in new.splits["train"]):
+        return ()  # a new domain shares a label with an old one: labels no longer belong to one domain each
+    domains = dict(zip(config.labels, config.label_domains)) | brought
+    return tuple(domains[label] for label in new.labels)
 
 
 def train_new_domains(run, names: tuple[str, ...], print_fn=print) -> None:

@@ -4,6 +4,7 @@
     ablation     rank, where the correction lives, number of experts, base data (§4.9)
     seeds        full replicates over seeds: intervals, McNemar and paired t-tests of the paper's orderings
     complexity   parameters, FLOPs, latency and memory of the backbone and of every composition
+    levers       what moves RED on real data: base recipe, routing, experts (chosen on val)
 
 Each reads a finished run (its modules and cached features), never changes it, and writes under
 `<run>/studies/<name>/`: results.json (with provenance), report.md and figures/*.png.
@@ -43,5 +44,14 @@ def run_ablation_study(run_dir: Path, config: AblationConfig, print_fn=print) ->
 def run_seeds_study(out: Path, config: SeedsConfig, print_fn=print) -> dict:
     result = seeds_study(out, config, print_fn)
     directory = write_study(out, "seeds", result, seeds_report)
+    print_fn((directory / "report.md").read_text())
+    return result
+
+
+def run_levers_study(run_dirs: list[Path], config, print_fn=print) -> dict:
+    from redkit.study.levers import levers_report, levers_study
+
+    result = levers_study([open_run(d) for d in run_dirs], config)
+    directory = write_study(run_dirs[0], "levers", result, levers_report)
     print_fn((directory / "report.md").read_text())
     return result

@@ -37,24 +37,39 @@ from redkit.study.stats import t_interval
 
 CLAIMS = (("red", "moe"), ("red", "global_full"), ("red", "uniform"), ("moe", "uniform"))
 COMPOSITIONS = ("global_10pct", "global_full", "oracle", "uniform", "moe", "red", "red_oracle", "red_uniform", "red_logits")
+# CLINC150 (a fit run at fit's defaults): RED against the honest references (DESIGN decision 12).
+CLINC_CLAIMS = (("red", "joint"), ("red_within", "joint"), ("red_within", "global_full"), ("red", "global_full"),
+                ("red_within", "red"), ("joint", "linear_probe"))
+CLINC_COMPOSITIONS = ("global_full", "oracle", "moe", "red", "red_oracle", "red_within", "red_within_oracle",
+                      "joint", "linear_probe")
+TASKS_REPLICATED = ("task1", "task2", "digits", "clinc150")
 
 
 @dataclass
 class SeedsConfig:
-    task: str = "task1"  # task1 | task2 | digits
+    task: str = "task1"  # task1 | task2 | digits | clinc150 (at `redkit fit`'s defaults)
     seeds: int = 5  # seeds 0 .. seeds-1
     n: int | None = None  # examples of a text task (default: the task's)
     data_seed: int = 0
     split: str = "test"
     max_epochs: int | None = None  # cap every stage (quick runs and tests)
+    data_dir: str | None = None  # clinc150: the directory of data_full.json and domains.json (default ../shared/external/clinc150)
 
     def __post_init__(self) -> None:
         if self.seeds < 2:
             raise RedkitError(f"--seeds {self.seeds}: a study of seeds needs at least 2")
-        if self.task not in ("task1", "task2", "digits"):
-            raise RedkitError(f"--task {self.task}: the seeds study replicates task1, task2 or digits")
-        if self.n is not None and self.task == "digits":
-            raise RedkitError("--n: a digits run uses every image of its source")
+        if self.task not in TASKS_REPLICATED:
+            raise RedkitError(f"--task {self.task}: the seeds study replicates {', '.join(TASKS_REPLICATED)}")
+        if self.n is not None and self.task in ("digits", "clinc150"):
+            raise RedkitError(f"--n: a {self.task} run uses every example of its source")
+
+    @property
+    def compositions(self) -> tuple[str, ...]:
+        return CLINC_COMPOSITIONS if self.task == "clinc150" else COMPOSITIONS
+
+    @property
+    def claims(self) -> tuple[tuple[str, str], ...]:
+        return CLINC_CLAIMS if self.task == "clinc150" else CLAIMS
 
 
 def replicate_config(config: SeedsConfig, seed: int) -> RunConfig | DigitsConfig:
@@ -71,6 +86,8 @@ def replicate(out: Path, config: SeedsConfig, seed: int) -> Run:
     """Train (or finish: every stage resumes) the run of one seed, on seed 0's data."""
     directory, first = out / f"seed-{seed}", out / "seed-0"
     quiet = lambda *_: None  # noqa: E731
+    if config.task == "clinc150":
+        return _replicate_clinc150(out, config, seed)
     if config.task == "digits":
         if seed > 0 and not (directory / "splits.json").exists():
             link_or_copy(first / "splits.json", directory / "splits.json")
@@ -78,19 +95,38 @@ def replicate(out: Path, config: SeedsConfig, seed: int) -> Run:
         return DigitsRun(directory)
     if seed > 0:
         link_data(first / "data", directory / "data")
-    if not (directory / "cache").exists():
-        directory.mkdir(parents=True, exist_ok=True)
-        (out / "cache").mkdir(exist_ok=True)
-        os.symlink((out / "cache").resolve(), directory / "cache")
+    _shared_cache(out, directory)
     reproduce(directory, replicate_config(config, seed), print_fn=quiet)
     return Run(directory)
 
 
+def _shared_cache(out: Path, directory: Path) -> None:
+    """Every replicate's cache/ is one directory: its files' keys name the texts and the backbone."""
+    if not (directory / "cache").exists():
+        directory.mkdir(parents=True, exist_ok=True)
+        (out / "cache").mkdir(exist_ok=True)
+        os.symlink((out / "cache").resolve(), directory / "cache")
+
+
+def _replicate_clinc150(out: Path, config: SeedsConfig, seed: int):
+    """A CLINC150 fit run at `redkit fit`'s defaults with this seed (the data is the authors' split)."""
+    from redkit.api import fit
+
+    directory = out / f"seed-{seed}"
+    _shared_cache(out, directory)
+    data_dir = config.data_dir or Path(__file__).resolve().parents[2].parent / "shared" / "external" / "clinc150"
+    return fit(data_dir, directory, data_format="clinc150", seed=seed, max_epochs=config.max_epochs, print_fn=lambda *_: None).run
+
+
 def predictions(run, names: tuple[str, ...], split: str) -> tuple[dict[str, np.ndarray], np.ndarray]:
-    """({composition: predicted classes (N,)}, true classes (N,)) on `split`."""
+    """({composition or reference: predicted classes (N,)}, true classes (N,)) on `split`."""
+    from redkit.references import REFERENCES
+
     h, classes, domains = run.split_tensors(split)
     modules = ModuleSet(run)
-    return {name: compose(name, modules, h, domains).probs.argmax(dim=-1).numpy() for name in names}, classes.numpy()
+    texts = [ex.question for ex in run.splits[split]]
+    return {name: (REFERENCES[name].probs(run, split, texts) if name in REFERENCES else compose(name, modules, h, domains).probs)
+            .argmax(dim=-1).cpu().numpy() for name in names}, classes.numpy()
 
 
 def mcnemar_exact(a_right: np.ndarray, b_right: np.ndarray) -> dict:
@@ -117,16 +153,16 @@ def seeds_study(out: Path, config: SeedsConfig, print_fn=print) -> dict:
         # seeds trained (it resumes) reports the training, not its own few seconds.
         wall[seed] = sum(runs[-1].timings.values())
         print_fn(f"[seed {seed}] done: its stages took {wall[seed]:.0f} s")
-    per_seed = [predictions(run, COMPOSITIONS, config.split) for run in runs]  # [({name: pred}, true)]
+    per_seed = [predictions(run, config.compositions, config.split) for run in runs]  # [({name: pred}, true)]
     per_composition = {}
-    for name in COMPOSITIONS:
+    for name in config.compositions:
         accuracy = [float((pred[name] == true).mean()) for pred, true in per_seed]
         macro_f1 = [float(f1_score(true, pred[name], labels=np.unique(true), average="macro", zero_division=0))
                     for pred, true in per_seed]
         per_composition[name] = {"accuracy": t_interval(accuracy) | {"per_seed": accuracy},
                                  "macro_f1": t_interval(macro_f1) | {"per_seed": macro_f1}}
     claims = []
-    for a, b in CLAIMS:
+    for a, b in config.claims:
         acc_a = np.array(per_composition[a]["accuracy"]["per_seed"])
         acc_b = np.array(per_composition[b]["accuracy"]["per_seed"])
         diffs = acc_a - acc_b

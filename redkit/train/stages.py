@@ -28,7 +28,8 @@ from redkit.threads import one_thread
 from redkit.train.distributed import Ranks
 from redkit.train.loop import Checkpoint, FitResult, fit
 
-STAGES: Registry[Callable] = Registry("stage")
+# The references (redkit/references) register their own training stages.
+STAGES: Registry[Callable] = Registry("stage", plugins=("redkit.references.joint", "redkit.references.linear_probe"))
 EXPERT_KINDS = ("residual", "logit")
 
 
@@ -101,12 +102,14 @@ class BaseData:
     val_w: torch.Tensor
 
 
-def prepare_base(run: Run) -> BaseData:
-    """Stage base's data, with the frozen prefix run once per distinct text and cached."""
-    backbone = run.backbone
-    subset = [run.splits["train"][i] for i in run.base_subset()]
+def prepare_base(run: Run, backbone=None, train_indices: list[int] | None = None, tag: str = "base") -> BaseData:
+    """Stage base's data (or another tuning's: `train_indices` into train, default the base
+    subset), with the frozen prefix run once per distinct text and cached under `tag`."""
+    backbone = backbone or run.backbone
+    indices = run.base_subset() if train_indices is None else train_indices
+    subset = [run.splits["train"][i] for i in indices]
     val_examples = [run.splits["val"][i] for i in run.base_val_subset()]
-    train_states = PrefixStates.build(run.cache_dir, backbone, [ex.question for ex in subset], "base-train")
+    train_states = PrefixStates.build(run.cache_dir, backbone, [ex.question for ex in subset], f"{tag}-train")
     # Validation texts repeat a lot: score each distinct text once, weighted by its count.
     distinct: dict[str, list] = {}
     for ex in val_examples:
@@ -115,6 +118,58 @@ def prepare_base(run: Run) -> BaseData:
     val_states = PrefixStates.build(run.cache_dir, backbone, val_texts, "base-val")
     return BaseData(train_states, run.classes(subset), val_states, torch.tensor([distinct[t][0] for t in val_texts]),
                     torch.tensor([distinct[t][1] for t in val_texts], dtype=torch.float))
+
+
+def tune_top(run: Run, backbone, top_dir, clf_dir, stage: str, train_indices: list[int] | None = None,
+             ranks: Ranks = Ranks()) -> dict:
+    """Fine-tune `backbone`'s top-N layers and a fresh classifier over all the run's classes on
+    `train_indices` of train (default: the base subset), early-stopped on val's loss; save both to
+    `top_dir` / `clf_dir`. Stage base is this on the base subset; the `joint` reference on all of train."""
+    if ranks.is_writer:  # rank 0 builds the cache (if the launcher has not) before the others read it
+        data = prepare_base(run, backbone, train_indices, stage)
+    ranks.barrier()
+    if not ranks.is_writer:
+        data = prepare_base(run, backbone, train_indices, stage)
+    torch.manual_seed(run.config.seed)  # the classifier's init must not depend on what ran before
+    classifier = Classifier(Classifier.Config(backbone.hidden_size, run.space.num_classes)).to(run.device)
+    # Only these switch to training mode (dropout) and are checkpointed; the prefix stays frozen.
+    trainable = nn.ModuleDict({"top": backbone.top_layers, "classifier": classifier})
+
+    def batch_loss(idx: torch.Tensor) -> torch.Tensor:
+        with backbone.autocast():
+            logits = classifier(backbone(*data.train_states.batch(idx, run.device)))
+        return F.cross_entropy(logits.float(), data.train_y[idx].to(run.device))
+
+    def val_loss() -> float:
+        """The count-weighted mean loss over the distinct validation texts; each rank scores
+        every N-th chunk of 512 and the ranks' sums are added."""
+        total = 0.0
+        for first in range(512 * ranks.rank, len(data.val_y), 512 * ranks.world):
+            idx = torch.arange(first, min(first + 512, len(data.val_y)))
+            with backbone.autocast():
+                logits = classifier(backbone(*data.val_states.batch(idx, run.device)))
+            losses = F.cross_entropy(logits.float(), data.val_y[idx].to(run.device), reduction="none")
+            total += (losses.cpu() * data.val_w[idx]).sum().item()
+        return ranks.sum([total])[0] / data.val_w.sum().item()
+
+    result = fit(trainable, batch_loss, len(data.train_y), val_loss, run.config.train_config(stage),
+                 seed=run.config.seed, checkpoint_dir=clf_dir, desc=stage, log=run.log, head=classifier,
+                 ranks=ranks)
+    backbone.eval()
+    meta = _meta(run, classifier, "classifier", None, result, backbone.config.precision)
+    meta.backbone_fingerprint = backbone.fingerprint()
+    meta.metrics["nproc"] = ranks.world  # how it was trained: N processes draw other dropout masks
+    if not ranks.is_writer:
+        return {}
+    save_module(top_dir, backbone.top_state_dict(), ModuleMeta(
+        kind="backbone_top", backbone_fingerprint=meta.backbone_fingerprint, seed=run.config.seed,
+        data_hash=meta.data_hash, metrics=meta.metrics,
+        config={"source_fingerprint": backbone.source_fingerprint, "source_path": str(backbone.path),
+                "split_at": backbone.split_at, "pooling": backbone.config.pooling, "dim": backbone.hidden_size}))
+    save_module(clf_dir, classifier.cpu(), meta)
+    Checkpoint(clf_dir).remove()
+    return {"epochs": result.epochs, "best_epoch": result.best_epoch, "best_val_loss": result.best_val_loss,
+            "examples": len(data.train_y)}
 
 
 @STAGES.register("base")
@@ -126,53 +181,9 @@ def stage_base(run: Run, ranks: Ranks = Ranks()) -> dict:
         return {"skipped": "base"}
 
     def work() -> dict:
-        backbone = run.backbone
-        if ranks.is_writer:  # rank 0 builds the cache (if the launcher has not) before the others read it
-            data = prepare_base(run)
-        ranks.barrier()
-        if not ranks.is_writer:
-            data = prepare_base(run)
-        torch.manual_seed(run.config.seed)  # the classifier's init must not depend on what ran before
-        classifier = Classifier(Classifier.Config(backbone.hidden_size, run.space.num_classes)).to(run.device)
-        # Only these switch to training mode (dropout) and are checkpointed; the prefix stays frozen.
-        trainable = nn.ModuleDict({"top": backbone.top_layers, "classifier": classifier})
-
-        def batch_loss(idx: torch.Tensor) -> torch.Tensor:
-            with backbone.autocast():
-                logits = classifier(backbone(*data.train_states.batch(idx, run.device)))
-            return F.cross_entropy(logits.float(), data.train_y[idx].to(run.device))
-
-        def val_loss() -> float:
-            """The count-weighted mean loss over the distinct validation texts; each rank scores
-            every N-th chunk of 512 and the ranks' sums are added."""
-            total = 0.0
-            for first in range(512 * ranks.rank, len(data.val_y), 512 * ranks.world):
-                idx = torch.arange(first, min(first + 512, len(data.val_y)))
-                with backbone.autocast():
-                    logits = classifier(backbone(*data.val_states.batch(idx, run.device)))
-                losses = F.cross_entropy(logits.float(), data.val_y[idx].to(run.device), reduction="none")
-                total += (losses.cpu() * data.val_w[idx]).sum().item()
-            return ranks.sum([total])[0] / data.val_w.sum().item()
-
-        result = fit(trainable, batch_loss, len(data.train_y), val_loss, run.config.train_config("base"),
-                     seed=run.config.seed, checkpoint_dir=clf_dir, desc="base", log=run.log, head=classifier,
-                     ranks=ranks)
-        backbone.eval()
-        meta = _meta(run, classifier, "classifier", None, result, backbone.config.precision)
-        meta.backbone_fingerprint = backbone.fingerprint()
-        meta.metrics["nproc"] = ranks.world  # how it was trained: N processes draw other dropout masks
+        summary = tune_top(run, run.backbone, top_dir, clf_dir, "base", ranks=ranks)
         run.__dict__.pop("fingerprint", None)  # the tuned top changed the features
-        if not ranks.is_writer:
-            return {}
-        save_module(top_dir, backbone.top_state_dict(), ModuleMeta(
-            kind="backbone_top", backbone_fingerprint=meta.backbone_fingerprint, seed=run.config.seed,
-            data_hash=meta.data_hash, metrics=meta.metrics,
-            config={"source_fingerprint": backbone.source_fingerprint, "source_path": str(backbone.path),
-                    "split_at": backbone.split_at, "pooling": backbone.config.pooling, "dim": backbone.hidden_size}))
-        save_module(clf_dir, classifier.cpu(), meta)
-        Checkpoint(clf_dir).remove()
-        return {"epochs": result.epochs, "best_epoch": result.best_epoch, "best_val_loss": result.best_val_loss,
-                "base_examples": len(data.train_y)}
+        return summary
 
     return timed(run, "base", work) if ranks.is_writer else work()
 
@@ -243,10 +254,10 @@ def make_router(run: Run, role: str) -> nn.Module:
     """The run's router kind (`config.router`, a ROUTERS name) as RED's router (role "router") or
     the MoE gate (role "gate"). "dense" is the softmax MLP; a training-free router is built from the
     run's data or experts (`from_run`) instead of trained."""
-    cls = ROUTERS[run.config.router]
+    cls, options = ROUTERS[run.config.router], run.config.router_options
     if getattr(cls, "training_free", False):
-        return cls.from_run(run, role)
-    return cls(cls.Config(dim=run.feature_dim, num_experts=run.space.num_domains))
+        return cls.from_run(run, role, **options)
+    return cls(cls.Config(dim=run.feature_dim, num_experts=run.space.num_domains, **options))
 
 
 def _fit_router(run: Run, stage: str, router: nn.Module, loss_fn: Callable, train: tuple, val: tuple, seed_offset: int) -> dict:

@@ -9,7 +9,8 @@ this package registers them all.
     spectra        prototypes, cosine, Sinkhorn, quota            (spectra.py)
     prototype      training-free: domain means, cosine nearest    (free.py)
     arrow          training-free: experts' top singular direction (free.py)
+    labels         training-free: the domain marginal of a global head's label distribution (labels.py)
 """
 
-from redkit.routing.routers import expert_choice, free, spectra, topk  # noqa: F401  (registration)
+from redkit.routing.routers import expert_choice, free, labels, spectra, topk  # noqa: F401  (registration)
 from redkit.routing.routers.base import RouterOutput, route  # noqa: F401
