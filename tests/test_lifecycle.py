@@ -58,6 +58,7 @@ def test_a_domain_with_new_labels_grows_the_predictor_and_copies_every_old_modul
     old, new = json.loads((run / "config.json").read_text()), json.loads((added / "config.json").read_text())
     assert new["labels"] == old["labels"] + ["connect", "reset", "slow"]
     assert new["label_rows"] == {"tech": ["connect", "reset", "slow"]} and new["added_domains"] == ["tech"]
+    assert new["label_domains"] == old["label_domains"] + ["tech"] * 3
     rows = json.loads((added / "modules" / "label_rows" / "tech" / "config.json").read_text())
     assert rows["kind"] == "label_rows" and rows["config"]["num_classes"] == 3
     results = json.loads((added / "results.json").read_text())
@@ -71,11 +72,12 @@ def test_a_domain_with_new_labels_grows_the_predictor_and_copies_every_old_modul
 def test_new_labels_compete_fairly_with_the_old_ones(world):
     """The new domain's queries get its new labels; the old domains' accuracy under RED does not drop."""
     results = json.loads((world["added"] / "results.json").read_text())
-    table = results["lifecycle"]["before_after"]["test"]["red"]
-    assert table["tech"][0] is None and table["tech"][1] >= 0.5  # learned alone, through the frozen C
-    for domain in ("banking", "cooking", "health", "travel"):
-        before, after = table[domain]
-        assert after >= before - 0.05, (domain, before, after)
+    for composition in ("red", "red_within"):  # red_within: the new labels belong to tech (label_domains grew)
+        table = results["lifecycle"]["before_after"]["test"][composition]
+        assert table["tech"][0] is None and table["tech"][1] >= 0.5, composition  # learned alone, through the frozen C
+        for domain in ("banking", "cooking", "health", "travel"):
+            before, after = table[domain]
+            assert after >= before - 0.05, (composition, domain, before, after)
     # the global heads cannot output the new labels, and say nothing of tech
     assert results["splits"]["test"]["global_full"]["by_domain"]["tech"]["accuracy"] == 0.0
     assert "cannot output them at all" in (world["added"] / "report.md").read_text()
@@ -105,7 +107,7 @@ def test_remove_domain_masks_its_labels_and_says_what_still_carries_it(world, tm
     assert change["still_trained_on_removed_data"][:2] == ["backbone_top (stage base)", "classifier C (stage base)"]
     assert "removal cannot take that back" in printed
     travel = [r["text"] for r in topic_records(40, 4, 3, seed=3) if r["domain"] == "travel"]
-    for composition in ("red", "global_10pct", "global_full", "moe"):
+    for composition in ("red", "red_within", "global_10pct", "global_full", "moe"):
         labels = {p.label for p in redkit.load(out).predict(travel, composition=composition)}
         assert not labels & {"book", "cancel", "delay"}, composition
 
@@ -170,3 +172,19 @@ def test_an_altered_expert_file_is_refused(world, tmp_path, capsys):
     weights.write_bytes(weights.read_bytes()[:-8])
     code, _, err = run_cli(["add-domain", "--run", world["run"], "--expert", expert, "--out", tmp_path / "out"], capsys)
     assert code == 2 and "size mismatch" in err and not (tmp_path / "out").exists()
+
+
+def test_study_lifecycle_removes_and_adds_back_a_domain(world, tmp_path, capsys):
+    """The study's path: RUN - travel (its labels masked), then travel added back with label rows for them."""
+    run = Path(shutil.copytree(world["run"], tmp_path / "run"))
+    code, printed, _ = run_cli(["study", "lifecycle", "--run", run, "--domain", "travel", "--joint-retrains", "0"], capsys)
+    assert code == 0
+    study = run / "studies" / "lifecycle"
+    result = json.loads((study / "results.json").read_text())
+    (add,), (remove,) = result["add"], result["remove"]
+    assert add["unchanged"] and remove["unchanged"] and add["label_rows"] == 3
+    back = json.loads((study / "runs" / "readded-travel" / "config.json").read_text())
+    assert back["removed_labels"] == [] and back["label_rows"] == {"travel": ["book", "cancel", "delay"]}
+    assert back["added_domains"] == []  # stage base did see travel: it was in the run when it was fitted
+    assert add["after"]["red"]["domain"] > 0.5 and (study / "figures" / "add_vs_retrain.png").stat().st_size > 10_000
+    assert "## Add: each domain added to the others" in printed and "What each compared system saw" in printed

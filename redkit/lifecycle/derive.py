@@ -10,6 +10,7 @@ import json
 import time
 from dataclasses import asdict, replace
 from pathlib import Path
+from types import SimpleNamespace
 
 import torch
 
@@ -70,17 +71,21 @@ def derive(parent: FitRun, out: Path, config, splits: dict[str, list[Record]], n
     return run, summary, digests
 
 
+def _texts(run: FitRun) -> dict[str, list[str]]:
+    """Every text list a run encodes, by cache name: its splits and its out-of-scope sets."""
+    return {name: [r.question for r in records] for name, records in run.splits.items()} | dict(run.oos_texts)
+
+
 def reuse_features(run: FitRun, donor: FitRun) -> None:
-    """Write the cache of each split of `run` from the donor's features (same tuned backbone, so
-    the same numbers), encoding only the texts the donor does not have (a new domain's)."""
+    """Write the feature cache of every split (and out-of-scope set) of `run` from the donor's
+    features (same tuned backbone, so the same numbers), encoding only the texts the donor does
+    not have (a new domain's)."""
     if donor.fingerprint != run.fingerprint:
         return
     known: dict[str, torch.Tensor] = {}
-    for name, records in donor.splits.items():
-        for record, h in zip(records, donor.features(name, records)):
-            known[record.question] = h
-    for name, records in run.splits.items():
-        texts = [r.question for r in records]
+    for name, texts in _texts(donor).items():
+        known.update(zip(texts, donor.features(name, [SimpleNamespace(question=t) for t in texts])))
+    for name, texts in _texts(run).items():
         path = features_path(run.cache_dir, run.backbone, texts, name)
         if path.is_file():
             continue

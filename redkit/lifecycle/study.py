@@ -27,10 +27,12 @@ features reused or encoded, modules trained).
 import json
 import shutil
 import time
+
+import torch
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from redkit.atomic import write_jsonl
+from redkit.atomic import write_json, write_jsonl
 from redkit.errors import RedkitError
 from redkit.lifecycle.add import add_domain
 from redkit.lifecycle.derive import open_fit_run
@@ -102,7 +104,8 @@ def lifecycle_study(run_dir: Path, config: LifecycleStudyConfig, print_fn=print)
     shutil.rmtree(work, ignore_errors=True)  # a resumed remove or add would time nothing: every one is redone
     timings = full_results.get("wall_seconds_per_stage", {})
     reference = {"red_fit_seconds": sum(s for k, s in timings.items() if k != "evaluate"),
-                 "joint_seconds": timings.get("joint")}
+                 "joint_seconds": timings.get("joint"), "base_seconds": timings.get("base"),
+                 "base_fraction": full.config.base_fraction}
     adds, removes = [], []
     for index, d in enumerate(domains):
         others = [o for o in full.space.domains if o != d]
@@ -113,7 +116,7 @@ def lifecycle_study(run_dir: Path, config: LifecycleStudyConfig, print_fn=print)
                "after": _scores(removed, config.split, names, others[0], others[1:]),
                "full": _scores(full_results, config.split, names, others[0], others[1:])}
         if index < config.joint_retrains:
-            row["joint_retrained"] = retrain_joint(without)
+            row["joint_retrained"] = retrain_joint(without, config.split)
         removes.append(row)
         added = add_domain(without.dir, data_dir=_write_domain_data(full, d, work / "data" / d), out=work / f"readded-{d}",
                            print_fn=_quiet)
@@ -124,25 +127,28 @@ def lifecycle_study(run_dir: Path, config: LifecycleStudyConfig, print_fn=print)
                      "full": _scores(full_results, config.split, names, d, others)})
         print_fn(f"[lifecycle] {d}: removed in {row['seconds']:.1f} s, added back in {adds[-1]['seconds']:.1f} s "
                  f"(both {time.perf_counter() - start:.1f} s with evaluation)")
-    return {"config": asdict(config), "compositions": names, "domains": domains, "reference": reference,
-            "full_results": {n: {"overall": full_results["splits"][config.split][n]["accuracy"]} for n in names},
-            "add": adds, "remove": removes}
+        result = {"config": asdict(config), "compositions": names, "domains": domains[:index + 1], "reference": reference,
+                  "full_results": {n: {"overall": full_results["splits"][config.split][n]["accuracy"]} for n in names},
+                  "add": adds, "remove": removes}
+        write_json(work.parent / "partial.json", result)  # what is done so far, should the study be stopped
+    return result
 
 
-def retrain_joint(run) -> dict | None:
-    """`joint` fine-tuned again on `run`'s data (9 domains), where redkit has that stage; its
-    seconds and its scores on the run's domains."""
-    from redkit.pipeline import evaluate_examples
-    from redkit.compositions import ModuleSet
+def retrain_joint(run, split: str) -> dict:
+    """`joint` fine-tuned again on `run`'s data (the remaining domains): its seconds, and its
+    accuracy on `split` overall and by domain."""
+    from redkit.compositions import Composed
+    from redkit.evaluate import score_composed
+    from redkit.references import REFERENCES
     from redkit.train.stages import STAGES
 
-    if "joint" not in STAGES.names():
-        return None
     start = time.perf_counter()
     STAGES["joint"](run)
     seconds = time.perf_counter() - start
-    split = "test" if "test" in run.splits else "val"
-    scores = evaluate_examples(run, ModuleSet(run), split, run.splits[split], ["joint"])["joint"]
+    examples = run.splits[split]
+    composed = Composed(REFERENCES["joint"].probs(run, split, [ex.question for ex in examples]), None)
+    labels = torch.tensor([run.domain_label(ex) for ex in examples])
+    scores = score_composed(composed, run.classes(examples), labels, run.space, run.metrics, run.groups(examples))
     return {"seconds": seconds, "overall": scores["accuracy"],
             "by_domain": {d: s["accuracy"] for d, s in scores.get("by_domain", {}).items()}}
 

@@ -69,7 +69,7 @@ def lifecycle_report(directory: Path, result: dict) -> str:
         rows.append([r["domain"], f"{r['seconds']:.1f}", str(r["label_rows"]), _p(a.get("domain")), _p(f.get("domain")),
                      _p(r["full"].get("joint", {}).get("domain")), _p(parent_others), _p(a.get("others")), _d(a.get("others"), parent_others),
                      _p(a.get("overall")), _p(f.get("overall")), _d(a.get("overall"), f.get("overall")), str(r["unchanged"])])
-    lines += [f"## Add: each domain added to the other 9 ({main}, accuracy %)", "",
+    lines += [f"## Add: each domain added to the others ({main}, accuracy %)", "",
               markdown_table(["domain", "s to add", "label rows", "on d: added", "on d: RED all", "on d: joint all",
                               "other 9: before add", "other 9: after", "Δ other 9", "overall: added", "overall: RED all",
                               "Δ vs RED all", "copies identical"], rows), ""]
@@ -80,7 +80,7 @@ def lifecycle_report(directory: Path, result: dict) -> str:
         joint = r.get("joint_retrained")
         rows.append([r["domain"], f"{r['seconds']:.1f}", _p(a.get("overall")), _p(f.get("overall")), _d(a.get("overall"), f.get("overall")),
                      _p(joint["overall"]) if joint else "not retrained", f"{joint['seconds']:.0f}" if joint else "–", str(r["unchanged"])])
-    lines += [f"## Remove: each domain taken out ({main}, accuracy % on the remaining 9)", "",
+    lines += [f"## Remove: each domain taken out ({main}, accuracy % on the remaining domains)", "",
               markdown_table(["domain", "s to remove", "remaining 9: after removal", "same 9 in RED all", "Δ",
                               "joint retrained on the 9", "s joint retrain", "copies identical"], rows), ""]
     # ---- targets
@@ -90,9 +90,18 @@ def lifecycle_report(directory: Path, result: dict) -> str:
         gap = min(r["after"][main]["overall"] - r["full"][main]["overall"] for r in adds)
         loss = min(r["after"][main]["others"] - r["parent"][main]["overall"] for r in adds)
         joint_s = ref.get("joint_seconds") or next((r["joint_retrained"]["seconds"] for r in result["remove"] if r.get("joint_retrained")), None)
-        lines += ["## Targets", "", f"Targets of the issue: {TARGETS}.", "",
-                  markdown_table(["measure", "worst over domains", "target", "met"],
-                                 [["seconds to add / seconds to retrain joint", f"{cost:.1f} / {joint_s:.0f} = {cost / joint_s:.1%}" if joint_s else f"{cost:.1f} / –",
+        estimated = joint_s is None and bool(ref.get("base_seconds"))
+        if estimated:  # joint is stage base's recipe on all of train: at least 1 / base_fraction times the base's examples
+            joint_s = ref["base_seconds"] / ref["base_fraction"]
+        what = "estimated from stage base, not measured" if estimated else "measured"
+        lines += ["## Targets", "", f"Targets of the issue: {TARGETS}.", ""]
+        if estimated:
+            lines += [f"joint was not retrained here (cost). Its recipe is stage base's on all of train instead of "
+                      f"{ref['base_fraction']:.0%}: RUN's stage base took {ref['base_seconds']:.0f} s, so a joint retrain costs "
+                      f"about {joint_s:.0f} s for as many epochs (an estimate from a measured time, labelled as such).", ""]
+        lines += [markdown_table(["measure", "worst over domains", "target", "met"],
+                                 [[f"seconds to add / seconds to retrain joint ({what})",
+                                   f"{cost:.1f} / {joint_s:.0f} = {cost / joint_s:.1%}" if joint_s else f"{cost:.1f} / –",
                                    "≤ 5 %", ("yes" if cost <= 0.05 * joint_s else "no") if joint_s else "no joint"],
                                   ["overall after adding − RED on all (points)", f"{100 * gap:+.2f}", "≥ −0.5", "yes" if gap >= -0.005 else "no"],
                                   ["other 9 after adding − before (points)", f"{100 * loss:+.2f}", "≥ −0.5", "yes" if loss >= -0.005 else "no"]]), ""]
