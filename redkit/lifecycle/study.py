@@ -29,7 +29,7 @@ import shutil
 import time
 
 import torch
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from redkit.atomic import write_json, write_jsonl
@@ -48,6 +48,7 @@ class LifecycleStudyConfig:
     domains: tuple[str, ...] = ()  # () = every domain of the run
     split: str = "test"
     joint_retrains: int = 1  # 9-domain joint retrains (each costs a joint fine-tuning); 0 = none
+    fresh_parents: int = 0  # for the first N domains, also a 9-domain RED fitted from scratch (own stage base) and d added to it
 
 
 def _quiet(*_args, **_kwargs) -> None:
@@ -106,6 +107,8 @@ def lifecycle_study(run_dir: Path, config: LifecycleStudyConfig, print_fn=print)
     reference = {"red_fit_seconds": sum(s for k, s in timings.items() if k != "evaluate"),
                  "joint_seconds": timings.get("joint"), "base_seconds": timings.get("base"),
                  "base_fraction": full.config.base_fraction}
+    if reference["base_seconds"]:  # joint is stage base's recipe on all of train: an estimate, labelled as one
+        reference["estimated_joint_seconds"] = reference["base_seconds"] / full.config.base_fraction
     adds, removes = [], []
     for index, d in enumerate(domains):
         others = [o for o in full.space.domains if o != d]
@@ -125,6 +128,8 @@ def lifecycle_study(run_dir: Path, config: LifecycleStudyConfig, print_fn=print)
                      "after": _scores(added, config.split, names, d, others),
                      "parent": _scores(removed, config.split, names, others[0], others[1:]),
                      "full": _scores(full_results, config.split, names, d, others)})
+        if index < config.fresh_parents:
+            adds[-1]["fresh"] = fresh_parent_add(full, d, work, config.split, names, others)
         print_fn(f"[lifecycle] {d}: removed in {row['seconds']:.1f} s, added back in {adds[-1]['seconds']:.1f} s "
                  f"(both {time.perf_counter() - start:.1f} s with evaluation)")
         result = {"config": asdict(config), "compositions": names, "domains": domains[:index + 1], "reference": reference,
@@ -132,6 +137,30 @@ def lifecycle_study(run_dir: Path, config: LifecycleStudyConfig, print_fn=print)
                   "add": adds, "remove": removes}
         write_json(work.parent / "partial.json", result)  # what is done so far, should the study be stopped
     return result
+
+
+def fresh_parent_add(full, domain: str, work: Path, split: str, names: list[str], others: list[str]) -> dict:
+    """The honest control of the shared base: RED fitted from scratch on the other domains (its own
+    stage base, which never sees `domain`, its own features), then `domain` added to it."""
+    from redkit.fitting.data import FitData
+    from redkit.fitting.run import FitRun
+    from redkit.pipeline import run_pipeline
+
+    splits = {name: [r for r in records if r.domain != domain] for name, records in full.splits.items()}
+    seen = {r.answer for r in splits["train"]}
+    keep = [i for i, label in enumerate(full.config.labels) if label in seen]
+    labels = tuple(full.config.labels[i] for i in keep)
+    config = replace(full.config, domains=tuple(others), labels=labels, references=(),
+                     label_domains=tuple(full.config.label_domains[i] for i in keep) if full.config.label_domains else ())
+    run = FitRun(work / f"fresh-without-{domain}", config)
+    summary = run.write_data(FitData(splits, labels, config.numeric_labels, config.domains,
+                                     [f"{domain} left out of {full.dir}"], oos=dict(full.oos_texts)))
+    start = time.perf_counter()
+    fitted = run_pipeline(run, summary=summary, print_fn=_quiet)
+    fit_seconds = time.perf_counter() - start - fitted["wall_seconds_per_stage"].get("evaluate", 0.0)
+    added = add_domain(run.dir, data_dir=work / "data" / domain, out=work / f"fresh-added-{domain}", print_fn=_quiet)
+    return {"fit_seconds": fit_seconds, "seconds": _seconds(added), "label_rows": len(added["lifecycle"]["new_labels"].get(domain, [])),
+            "parent": _scores(fitted, split, names, others[0], others[1:]), "after": _scores(added, split, names, domain, others)}
 
 
 def retrain_joint(run, split: str) -> dict:
