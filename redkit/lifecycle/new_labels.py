@@ -29,6 +29,7 @@ from torch.nn import functional as F
 from redkit.modules.labels import JoinedClassifier, label_layout
 from redkit.modules.layers import MODULES, LabelRows
 from redkit.modules.store import load_module, module_exists, save_module
+from redkit.threads import one_thread
 from redkit.train.loop import Checkpoint, fit
 from redkit.train.stages import _domain_rows, _meta, timed
 
@@ -68,9 +69,10 @@ def train_label_rows(run, domain: int) -> dict:
         vh, vy, vd = run.split_tensors("val")
         tr, va = _domain_rows(d, domain), _domain_rows(vd, domain)
         train, val = (h[tr].to(run.device), y[tr].to(run.device)), (vh[va].to(run.device), vy[va].to(run.device))
-        result = fit(model, lambda idx: F.cross_entropy(model(train[0][idx]), train[1][idx]), len(train[0]),
-                     lambda: F.cross_entropy(model(val[0]), val[1]).item(), run.config.train_config("experts"),
-                     seed=run.config.seed + domain, checkpoint_dir=rows_dir, desc=f"label rows {name}", log=run.log)
+        with one_thread():  # small modules: thread hand-offs cost more than their arithmetic (as stage experts)
+            result = fit(model, lambda idx: F.cross_entropy(model(train[0][idx]), train[1][idx]), len(train[0]),
+                         lambda: F.cross_entropy(model(val[0]), val[1]).item(), run.config.train_config("experts"),
+                         seed=run.config.seed + domain, checkpoint_dir=rows_dir, desc=f"label rows {name}", log=run.log)
         model.cpu()
         save_module(expert_dir, expert, _meta(run, expert, "residual", domain, result))
         save_module(rows_dir, rows, _meta(run, rows, "label_rows", domain, result))
