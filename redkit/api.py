@@ -146,11 +146,24 @@ def load(path: str | Path) -> FittedRun:
     return FittedRun(run)
 
 
+def _check_router_options(router: str, options: dict) -> None:
+    """Each option must be a field of the router's config (one line naming the known ones)."""
+    from dataclasses import fields
+
+    from redkit.modules.layers import ROUTERS
+
+    known = {f.name for f in fields(ROUTERS[router].Config)} - {"dim", "num_experts", "num_classes"}
+    for key in options:
+        if key not in known:
+            raise RedkitError(f"--router-option {key}: router {router!r} has no such setting (known: {', '.join(sorted(known))})")
+
+
 def fit(data_dir: str | Path, out: str | Path, *, text_field: str = "text", label_field: str = "label",
         domain_field: str = "domain", backbone: str | Path | None = None, pooling: str = "mean",
         trainable_layers: int = 2, rank: int = 0, device: str = "cpu", precision: str = "fp32", seed: int = 0,
         base_fraction: float = 0.1, val_fraction: float = 0.1, router: str = "dense", max_epochs: int | None = None,
         eval_files: Sequence[str | Path] = (), oos: str | Path | None = None, data_format: str = "files",
+        references: Sequence[str] = ("joint", "linear_probe"), router_options: dict | None = None,
         print_fn=print) -> FittedRun:
     """Train every stage of RED and its baselines on DATA_DIR's train (val, test) files into OUT.
     Everything is read and checked before anything is written: a bad line, field or option is one
@@ -167,7 +180,12 @@ def fit(data_dir: str | Path, out: str | Path, *, text_field: str = "text", labe
     from redkit.modules.layers import ROUTERS
     from redkit.pipeline import run_pipeline
 
-    ROUTERS[router]  # an unknown router fails (did you mean) before anything is written
+    ROUTERS[router]  # an unknown router or reference fails (did you mean) before anything is written
+    from redkit.references import REFERENCES
+
+    for reference in references:
+        REFERENCES[reference]
+    _check_router_options(router, router_options or {})
     if not 0 < base_fraction <= 1 or not 0 < val_fraction < 1:
         raise RedkitError(f"base fraction {base_fraction} must lie in (0, 1] and val fraction {val_fraction} in (0, 1)")
     if backbone:
@@ -182,7 +200,7 @@ def fit(data_dir: str | Path, out: str | Path, *, text_field: str = "text", labe
                        label_domains=label_domains(data),
                        backbone=BackboneConfig(path=str(Path(backbone).resolve()) if backbone else None, pooling=pooling,
                                                trainable_layers=trainable_layers, precision=precision),
-                       base_fraction=base_fraction)
+                       base_fraction=base_fraction, references=tuple(references), router_options=dict(router_options or {}))
     config.cap_epochs(max_epochs)
     run = FitRun(out, config)
     # What was done unasked (val carved, no test) is recorded in splits.json and said once, in the report.

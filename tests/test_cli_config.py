@@ -38,6 +38,14 @@ def test_shipped_steps_and_digits_configs_are_todays_defaults():
     assert digits_config(_parse(_digits_options, ["--config", CONFIGS / "digits.yaml"])) == digits_config(_parse(_digits_options, []))
 
 
+def test_shipped_clinc150_config_is_todays_defaults():
+    from redkit.cli.reproduce_clinc150 import _options
+
+    with_file = vars(_parse(_options, ["--config", CONFIGS / "clinc150.yaml"])) | {"config": None}
+    assert with_file | {"data": None} == vars(_parse(_options, [])) | {"config": None, "data": None}
+    assert with_file["data"].name == "clinc150"
+
+
 def test_flags_override_the_file_and_repeatable_flags_replace_its_list(tmp_path):
     from redkit.cli.reproduce import _text_options, text_config
 

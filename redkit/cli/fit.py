@@ -22,16 +22,35 @@ def _options(p: argparse.ArgumentParser) -> None:
 def fit_model_options(p: argparse.ArgumentParser) -> None:
     """The model and stage flags of a fit run (`redkit fit`, `redkit reproduce clinc150`)."""
     p.add_argument("--base-fraction", type=float, default=0.1, help="of train, stratified by domain, for stage base (default 0.10)")
+    p.add_argument("--references", nargs="*", default=["joint", "linear_probe"], choices=("joint", "linear_probe"),
+                   help="non-modular references trained and scored beside RED (default both; joint fine-tunes on all of train)")
     eval_option(p)
     model_options(p)
     router_option(p)
+    p.add_argument("--router-option", dest="router_options", action="append", default=[], metavar="KEY=VALUE",
+                   help="a setting of the router (repeatable): dense hidden=1024; labels source=classifier, temperature=0.5")
+
+
+def _router_options(pairs: list[str]) -> dict:
+    import yaml
+
+    from redkit.errors import RedkitError
+
+    options = {}
+    for pair in pairs:
+        key, sep, value = str(pair).partition("=")
+        if not sep or not key.strip():
+            raise RedkitError(f"--router-option {pair!r}: expected KEY=VALUE, e.g. hidden=1024")
+        options[key.strip()] = yaml.safe_load(value)
+    return options
 
 
 def fit_kwargs(args) -> dict:
     """The API's keyword arguments of the flags `fit_model_options` adds."""
     return dict(backbone=args.backbone, pooling=args.pooling, trainable_layers=args.trainable_layers, rank=args.rank,
                 device=args.device, precision=args.precision, seed=args.seed, base_fraction=args.base_fraction,
-                router=args.router, max_epochs=args.max_epochs, eval_files=args.eval_files)
+                router=args.router, max_epochs=args.max_epochs, eval_files=args.eval_files, references=tuple(args.references),
+                router_options=_router_options(args.router_options))
 
 
 @command("fit", options=_options, help="train RED and its baselines on your own labelled text with domains")

@@ -21,6 +21,9 @@ def _text_options(p: argparse.ArgumentParser) -> None:
     add_run_options(p)
     router_option(p)
     nproc_option(p)
+    p.add_argument("--references", nargs="*", default=[], choices=("joint", "linear_probe"),
+                   help="also train and score these non-modular references (joint fine-tunes the top layers on all "
+                        "of train: on Task 1 about as long as stage base on 100%% of it)")
 
 
 def text_config(args, task: str):
@@ -28,6 +31,7 @@ def text_config(args, task: str):
     from redkit.backbone.locate import check_model_dir
 
     config = run_config(args, task)
+    config.references = tuple(args.references)
     if args.experts is not None:
         from redkit.space import ANSWER_RANGES
 

@@ -107,4 +107,5 @@ def clinc150_fit_data(data: Clinc150):
     notes = [f"CLINC150: {len(data.intents)} in-scope intents in {len(data.domains)} domains; out-of-scope queries "
              f"({', '.join(f'{s} {len(t)}' for s, t in data.oos.items())}) are kept apart for the oos-threshold protocol "
              "and never trained on"]
-    return FitData(dict(data.splits), data.intents, False, data.domains, notes)
+    oos = {name: texts for name, texts in data.oos.items() if name != "oos_train"}  # oos-threshold trains on no OOS query
+    return FitData(dict(data.splits), data.intents, False, data.domains, notes, oos)
