@@ -78,6 +78,11 @@ def _seconds(results: dict) -> float:
     return results["wall_seconds_this_call"] - results["wall_seconds_per_stage"].get("evaluate", 0.0)
 
 
+def _stage_seconds(results: dict) -> dict[str, float]:
+    """Seconds per training stage of a derived run (the rest of its seconds: data, copies, features)."""
+    return {k: v for k, v in results["wall_seconds_per_stage"].items() if k != "evaluate"}
+
+
 def _write_domain_data(run, domain: str, directory: Path) -> Path:
     """The domain's records of every split, with the run's own field names (what add-domain reads)."""
     fields = run.fields
@@ -116,6 +121,7 @@ def lifecycle_study(run_dir: Path, config: LifecycleStudyConfig, print_fn=print)
         removed = remove_domain(full.dir, d, work / f"without-{d}", print_fn=_quiet)
         without = open_fit_run(work / f"without-{d}", "study lifecycle")
         row = {"domain": d, "seconds": _seconds(removed), "unchanged": removed["lifecycle"]["frozen_modules_unchanged"],
+               "stages": _stage_seconds(removed),
                "after": _scores(removed, config.split, names, others[0], others[1:]),
                "full": _scores(full_results, config.split, names, others[0], others[1:])}
         if index < config.joint_retrains:
@@ -124,6 +130,7 @@ def lifecycle_study(run_dir: Path, config: LifecycleStudyConfig, print_fn=print)
         added = add_domain(without.dir, data_dir=_write_domain_data(full, d, work / "data" / d), out=work / f"readded-{d}",
                            print_fn=_quiet)
         adds.append({"domain": d, "seconds": _seconds(added), "unchanged": added["lifecycle"]["frozen_modules_unchanged"],
+                     "stages": _stage_seconds(added),
                      "label_rows": len(added["lifecycle"]["new_labels"].get(d, [])),
                      "after": _scores(added, config.split, names, d, others),
                      "parent": _scores(removed, config.split, names, others[0], others[1:]),

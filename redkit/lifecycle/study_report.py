@@ -21,6 +21,10 @@ def _d(a, b) -> str:
     return "–" if a is None or b is None else f"{100 * (a - b):+.2f}"
 
 
+def _stages(stages: dict | None) -> str:
+    return "–" if not stages else ", ".join(f"{k} {v:.0f}" for k, v in stages.items())
+
+
 def figure(path: Path, result: dict, name: str) -> str:
     """Overall accuracy vs seconds: one point per added domain, the run fitted on all domains, joint."""
     fig, ax = plt.subplots(figsize=(6.4, 4.2))
@@ -78,11 +82,13 @@ def lifecycle_report(directory: Path, result: dict) -> str:
     for r in result["add"]:
         a, f, p = r["after"].get(main, {}), r["full"].get(main, {}), r["parent"].get(main, {})
         parent_others = p.get("overall")  # the parent's 9 domains = the added run's others
-        rows.append([r["domain"], f"{r['seconds']:.1f}", str(r["label_rows"]), _p(a.get("domain")), _p(f.get("domain")),
+        rows.append([r["domain"], f"{r['seconds']:.1f}", _stages(r.get("stages")), str(r["label_rows"]), _p(a.get("domain")), _p(f.get("domain")),
                      _p(r["full"].get("joint", {}).get("domain")), _p(parent_others), _p(a.get("others")), _d(a.get("others"), parent_others),
                      _p(a.get("overall")), _p(f.get("overall")), _d(a.get("overall"), f.get("overall")), str(r["unchanged"])])
     lines += [f"## Add: each domain added to the others ({main}, accuracy %)", "",
-              markdown_table(["domain", "s to add", "label rows", "on d: added", "on d: RED all", "on d: joint all",
+              "s to add: the whole add-domain command but its evaluation; *of which* its training stages "
+              "(label rows and experts, heads, router, gate: the rest is data, copies and encoding d's texts).", "",
+              markdown_table(["domain", "s to add", "of which", "label rows", "on d: added", "on d: RED all", "on d: joint all",
                               "other 9: before add", "other 9: after", "Δ other 9", "overall: added", "overall: RED all",
                               "Δ vs RED all", "copies identical"], rows), ""]
     # ---- the honest control: a parent whose stage base never saw d
@@ -106,10 +112,10 @@ def lifecycle_report(directory: Path, result: dict) -> str:
     for r in result["remove"]:
         a, f = r["after"].get(main, {}), r["full"].get(main, {})
         joint = r.get("joint_retrained")
-        rows.append([r["domain"], f"{r['seconds']:.1f}", _p(a.get("overall")), _p(f.get("overall")), _d(a.get("overall"), f.get("overall")),
+        rows.append([r["domain"], f"{r['seconds']:.1f}", _stages(r.get("stages")), _p(a.get("overall")), _p(f.get("overall")), _d(a.get("overall"), f.get("overall")),
                      _p(joint["overall"]) if joint else "not retrained", f"{joint['seconds']:.0f}" if joint else "–", str(r["unchanged"])])
     lines += [f"## Remove: each domain taken out ({main}, accuracy % on the remaining domains)", "",
-              markdown_table(["domain", "s to remove", "remaining 9: after removal", "same 9 in RED all", "Δ",
+              markdown_table(["domain", "s to remove", "of which", "remaining 9: after removal", "same 9 in RED all", "Δ",
                               "joint retrained on the 9", "s joint retrain", "copies identical"], rows), ""]
     # ---- targets
     adds = [r for r in result["add"] if main in r["after"]]
