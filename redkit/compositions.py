@@ -28,6 +28,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from redkit.errors import RedkitError
+from redkit.modules.labels import joined_classifier, widened
 from redkit.modules.store import load_module, module_exists
 from redkit.red import REDModel
 from redkit.red.layer import weighted
@@ -61,6 +62,7 @@ class ModuleSet:
         self.run = run
         self._loaded: dict[str, nn.Module] = {}
         self._red: dict[str, REDModel] = {}
+        self._joined: nn.Module | None = None
 
     def _load(self, *parts: str) -> nn.Module:
         key = "/".join(parts)
@@ -76,16 +78,25 @@ class ModuleSet:
         return dict(self._loaded)
 
     def classifier(self) -> nn.Module:
-        return self._load("classifier")
+        """C, joined with the label rows of domains added with new labels (redkit/modules/labels.py)."""
+        if self._joined is None:  # not in _loaded: it holds modules loaded there already
+            self._joined = joined_classifier(self.run, self._load)
+        return self._joined
+
+    def base_classifier(self) -> nn.Module:
+        """C alone, as stage base trained it: labels added later are impossible to it (-inf)."""
+        return widened(self.run, self._load("classifier"), float("-inf"))
 
     def experts(self, kind: str) -> list[nn.Module]:
-        return [self._load("experts", kind, name) for name in self.run.space.domains]
+        fill = 0.0  # a logit expert trained before later labels existed does not correct them
+        return [self._load("experts", kind, name) if kind == "residual" else widened(self.run, self._load("experts", kind, name), fill)
+                for name in self.run.space.domains]
 
     def heads(self) -> list[nn.Module]:
-        return [self._load("heads", name) for name in self.run.space.domains]
+        return [widened(self.run, self._load("heads", name), float("-inf")) for name in self.run.space.domains]
 
     def global_head(self) -> nn.Module:
-        return self._load("heads", "global_full")
+        return widened(self.run, self._load("heads", "global_full"), float("-inf"))
 
     def red(self, kind: str) -> REDModel:
         """The run's RED model over its `kind` experts (residual, or logit: red_logits), without the
@@ -206,7 +217,7 @@ def _register_fixed(name: str, mixture: str, alpha_of: Callable[[ModuleSet, torc
     COMPOSITIONS.register(name)(composition)
 
 
-COMPOSITIONS.register("global_10pct")(lambda m, h, y: Composed(F.softmax(m.classifier()(h), dim=-1), None))
+COMPOSITIONS.register("global_10pct")(lambda m, h, y: Composed(F.softmax(m.base_classifier()(h), dim=-1), None))
 COMPOSITIONS.register("global_full")(lambda m, h, y: Composed(F.softmax(m.global_head()(h), dim=-1), None))
 _register_fixed("oracle", "heads", lambda m, h, y: one_hot_alpha(y, m.run.space.num_domains))
 _register_fixed("uniform", "heads", lambda m, h, y: uniform_alpha(len(h), m.run.space.num_domains, h.device))

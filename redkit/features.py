@@ -50,15 +50,24 @@ def encode(backbone: Backbone, texts: list[str], batch_size: int = 256, desc: st
     return out[rows]
 
 
+def features_path(cache_dir: Path, backbone: Backbone, texts: list[str], name: str) -> Path:
+    """The cache file of `texts`' features, keyed by (backbone fingerprint, data hash, pooling)."""
+    key = f"{backbone.fingerprint()}-{text_hash(texts)}-{backbone.config.pooling}"
+    return Path(cache_dir) / f"features-{name}-{key}.safetensors"
+
+
+def store_features(path: Path, h: torch.Tensor) -> None:
+    with atomic_path(path) as tmp:
+        save_file({"h": h.contiguous()}, str(tmp))
+
+
 def cached_features(cache_dir: Path, backbone: Backbone, texts: list[str], name: str) -> torch.Tensor:
     """`encode`, through a cache file keyed by (backbone fingerprint, data hash, pooling)."""
-    key = f"{backbone.fingerprint()}-{text_hash(texts)}-{backbone.config.pooling}"
-    path = Path(cache_dir) / f"features-{name}-{key}.safetensors"
+    path = features_path(cache_dir, backbone, texts, name)
     if path.is_file():
         return load_file(str(path))["h"]
     h = encode(backbone, texts, desc=f"encode {name}")
-    with atomic_path(path) as tmp:
-        save_file({"h": h.contiguous()}, str(tmp))
+    store_features(path, h)
     return h
 
 

@@ -26,7 +26,7 @@ class LabelSpace:
     equal_parts: bool = False  # the domains are K contiguous runs of classes of equal width (`in_equal_parts`)
     labels: tuple[str, ...] = ()  # when given, class c stands for labels[c] (and first_value is unused)
     # Where every class belongs to exactly one domain (answer ranges, CLINC150's intents): the
-    # domain index of each class (C,); empty where a label occurs in several domains.
+    # domain index of each class (C,), -1 for a removed domain's; empty where a label occurs in several domains.
     class_domains: tuple[int, ...] = ()
 
     @classmethod
@@ -34,7 +34,7 @@ class LabelSpace:
         """The space whose classes are named labels (a fit run's, in the order recorded in the run);
         `label_domains`: the one domain of each label, where each has one."""
         return cls(num_classes=len(labels), domains=tuple(domains), labels=tuple(labels),
-                   class_domains=tuple(domains.index(d) for d in label_domains))
+                   class_domains=tuple(domains.index(d) if d in domains else -1 for d in label_domains))
 
     def domain_mask(self):
         """(K, C) bool tensor: class c belongs to domain k. A RedkitError where labels are shared."""
@@ -43,7 +43,8 @@ class LabelSpace:
         if not self.class_domains:
             raise RedkitError("this run's labels do not each belong to one domain, so no composition can "
                               "split its classes among the experts (red_within)")
-        return torch.nn.functional.one_hot(torch.tensor(self.class_domains), self.num_domains).T.bool()
+        # a class of a removed domain (-1: redkit remove-domain) belongs to none
+        return torch.tensor(self.class_domains)[None, :] == torch.arange(self.num_domains)[:, None]
 
     @classmethod
     def of_values(cls, low: int, high: int, domains: tuple[str, ...]) -> "LabelSpace":

@@ -65,13 +65,13 @@ def read_manifest(directory: str | Path) -> dict:
     return manifest
 
 
-def _inside(directory: Path, relative: str) -> Path:
-    """`directory/relative`, refusing a listed path that escapes the bundle (absolute, '..')."""
+def _inside(directory: Path, relative: str, listing: Path) -> Path:
+    """`directory/relative`, refusing a listed path that escapes the directory (absolute, '..')."""
     if not relative.isprintable():  # "\r" or "\n" in a name would also break the one-line error below
-        raise RedkitError(f"{directory / MANIFEST}: file path {relative!r} is not a printable file name")
+        raise RedkitError(f"{listing}: file path {relative!r} is not a printable file name")
     path = directory / relative
     if Path(relative).is_absolute() or ".." in Path(relative).parts or not relative:
-        raise RedkitError(f"{directory / MANIFEST}: file path {relative!r} leaves the bundle")
+        raise RedkitError(f"{listing}: file path {relative!r} leaves {directory.name}")
     return path
 
 
@@ -79,11 +79,19 @@ def verify_bundle(directory: str | Path) -> dict:
     """The manifest, after checking that every file it lists is present, of its size and sha256."""
     directory = Path(directory)
     manifest = read_manifest(directory)
-    for relative, entry in manifest["files"].items():
-        path = _inside(directory, relative)
+    verify_files(directory, manifest["files"], directory / MANIFEST, "re-export the bundle")
+    return manifest
+
+
+def verify_files(directory: Path, files: dict, listing: Path, remedy: str) -> None:
+    """Every file of `files` ({relative path: {size, sha256}}, listed in `listing`) present in
+    `directory`, of its size and sha256 (a bundle's, an expert directory's)."""
+    for relative, entry in files.items():
+        path = _inside(directory, relative, listing)
+        if not isinstance(entry, dict):
+            raise RedkitError(f"{listing}: file {relative!r} must map to {{size, sha256}}")
         if not path.is_file():
-            raise RedkitError(f"{path}: listed in the bundle's manifest but missing; re-export the bundle")
+            raise RedkitError(f"{path}: listed in {listing.name} but missing; {remedy}")
         if path.stat().st_size != entry.get("size") or file_digest(path) != entry.get("sha256"):
             what = "size" if path.stat().st_size != entry.get("size") else "sha256"
-            raise RedkitError(f"{path}: {what} mismatch (altered or truncated); re-export the bundle")
-    return manifest
+            raise RedkitError(f"{path}: {what} mismatch (altered or truncated); {remedy}")

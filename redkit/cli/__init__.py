@@ -11,7 +11,9 @@ API; this module is the one error boundary (a RedkitError prints one line and ex
     redkit fit --data DIR --out RUN [--text-field text] [--label-field label] [--domain-field domain] [...]
     redkit train STAGE --run DIR [--domain R3] [--kind residual]     (one stage, e.g. one expert)
     redkit add-expert --run runs/steps --operation mul [--out DIR] [--decomposer DIR]
-    redkit add-domain --run RUN --data NEWDIR                        (a fit run: one more domain's expert)
+    redkit add-domain --run RUN --data NEWDIR | --expert EXPERT      (a fit run: one more domain, new labels welcome)
+    redkit remove-domain --run RUN --domain NAME [--out RUN2]        (a fit run: one domain taken out)
+    redkit train-expert --bundle BUNDLE --data NEWDIR --out EXPERT   (a new domain's expert, trained from a bundle)
     redkit eval --run DIR --data FILE.jsonl [--composition NAME]
     redkit predict --run DIR "What is 12 plus 27?"
     redkit export --run DIR --out BUNDLE [--heads]                   (what inference needs + manifest.json)
@@ -41,7 +43,7 @@ from redkit.cli.command import COMMANDS  # noqa: E402
 from redkit.cli.options import add_config_option, apply_config  # noqa: E402
 
 # Registration order is the order `redkit --help` lists the commands in.
-from redkit.cli import data, reproduce, fit, train, add, evaluate, predict, export, report, analyze, study  # noqa: E402,F401
+from redkit.cli import data, reproduce, fit, train, add, lifecycle, evaluate, predict, export, report, analyze, study  # noqa: E402,F401
 
 
 def build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParser]]:

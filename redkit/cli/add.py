@@ -28,13 +28,15 @@ def add_expert(args) -> None:
 
 def _domain_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--run", required=True, type=Path, help="the finished fit run (only read)")
-    p.add_argument("--data", required=True, type=Path, help="the new domain(s)' train.jsonl|csv (+ optional val, test)")
+    source = p.add_mutually_exclusive_group(required=True)
+    source.add_argument("--data", type=Path, help="the new domain(s)' train.jsonl|csv (+ optional val, test); new labels welcome")
+    source.add_argument("--expert", type=Path, help="an expert directory made elsewhere by redkit train-expert")
     p.add_argument("--out", type=Path, default=None, help="the new run (default <run>+<domain>)")
 
 
 @command("add-domain", options=_domain_options,
          help="plug a new domain's expert into a fit run (written to a new run; nothing else retrained, checked)")
 def add_domain(args) -> None:
-    from redkit.fitting.add import add_domain
+    from redkit.lifecycle.add import add_domain
 
-    add_domain(args.run, args.data, args.out)
+    add_domain(args.run, args.data, args.out, expert_dir=args.expert)

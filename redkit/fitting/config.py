@@ -22,6 +22,10 @@ class FitConfig(StagedConfig):
     domains: tuple[str, ...] = ()  # one expert each; found in the training file (add-domain appends)
     label_domains: tuple[str, ...] = ()  # the one domain of each label, where every label has one in train; else empty
     added_data: tuple[str, ...] = ()  # data directories of the domains add-domain plugged in later, in order
+    added_domains: tuple[str, ...] = ()  # domains add-domain plugged in that the run never had (stage base never saw them)
+    removed_domains: tuple[str, ...] = ()  # the domains remove-domain took out, in order (a domain added back stays listed)
+    label_rows: dict[str, tuple[str, ...]] = field(default_factory=dict)  # domain -> the new labels its label_rows module outputs
+    removed_labels: tuple[str, ...] = ()  # labels only removed domains had: masked, no composition predicts them
     backbone: BackboneConfig = field(default_factory=BackboneConfig)
     # Of train, stratified by domain, for stage base. 1.0 (stage base is then the joint model, and the
     # experts refine it), chosen on CLINC150's val by `redkit study levers` (docs/clinc150.md); the

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from redkit.errors import RedkitError
-from redkit.fitting.records import Fields, LabelReader, Record, order_labels, read_records
+from redkit.fitting.records import INTEGER, Fields, LabelReader, Record, order_labels, read_records
 
 SPLIT_NAMES = ("train", "val", "test")
 
@@ -34,9 +34,11 @@ def split_file(directory: Path, name: str) -> Path | None:
 
 
 def load_fit_data(directory: Path, fields: Fields, seed: int, val_fraction: float,
-                  domains: tuple[str, ...] | None = None, labels: tuple[str, ...] | None = None) -> FitData:
-    """Read and check every split. `domains` / `labels`: a run's own, when adding to it (the data's
-    domains are then new ones and its labels must be among the run's)."""
+                  domains: tuple[str, ...] | None = None, labels: tuple[str, ...] | None = None,
+                  numeric_labels: bool = False) -> FitData:
+    """Read and check every split. `domains` / `labels` / `numeric_labels`: a run's own, when adding to it:
+    the data's domains are then new ones, and its labels the run's followed by those it has never
+    seen (in `order_labels` order), which must be integers if the run's are (`numeric_labels`)."""
     directory = Path(directory)
     if not directory.is_dir():
         raise RedkitError(f"{directory}: no such data directory")
@@ -47,11 +49,12 @@ def load_fit_data(directory: Path, fields: Fields, seed: int, val_fraction: floa
     train = read_records(train_path, fields, reader)
     found_labels, numeric = order_labels({r.answer for r in train})
     if labels is not None:
-        for r in train:
-            if r.answer not in labels:
-                raise RedkitError(f"{r.where}: field '{fields.label}' = {r.answer!r} is not one of the run's classes "
-                                  f"({', '.join(labels)}); its shared classifier cannot output a new label")
-        found_labels = labels
+        unseen = {r.answer for r in train} - set(labels)
+        added, added_numeric = order_labels(unseen) if unseen else ((), numeric_labels)
+        if numeric_labels and not added_numeric:
+            first = next(r for r in train if r.answer in unseen and not INTEGER.fullmatch(r.answer))
+            raise RedkitError(f"{first.where}: field '{fields.label}' = {first.answer!r} is not an integer, as every label of the run is")
+        found_labels, numeric = tuple(labels) + tuple(added), numeric_labels
     found_domains = tuple(sorted({r.domain for r in train}))
     for domain in found_domains:
         rows = [r for r in train if r.domain == domain]

@@ -3,6 +3,7 @@
 Axes: B batch, d hidden size, r expert rank, C classes (99 answers), K experts (5 ranges).
 
     classifier     C(h) -> (B, C)                       shared, trained with the backbone in stage base
+    label_rows     R(h) -> (B, C_new)                   a domain added later: its new labels' rows (modules/labels.py)
     residual       Δh = B σ(A h) -> (B, d)               RED's expert: a low-rank hidden-space correction
     logit          Δz = W h -> (B, C)                    the original code's expert: a correction of logits
     head           E(h) -> (B, C)                        a full classifier: the baselines' expert
@@ -42,6 +43,22 @@ class Classifier(nn.Module):
 
     def forward(self, h: torch.Tensor) -> torch.Tensor:  # (B, d) -> (B, C)
         return self.linear(h)
+
+
+@dataclass
+class LabelRowsConfig:
+    dim: int
+    num_classes: int  # how many new labels
+    labels: tuple[str, ...] = ()  # their names, in row order (checked against the run's on load)
+
+
+@MODULES.register("label_rows")
+class LabelRows(Classifier):
+    """The rows a domain added later brings for the labels the shared classifier C has never
+    seen: logits (B, C_new) on the same h + Δh as C's, trained with that domain's residual expert
+    through the frozen C (redkit/lifecycle/new_labels.py)."""
+
+    Config = LabelRowsConfig
 
 
 @dataclass

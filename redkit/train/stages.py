@@ -19,6 +19,7 @@ from torch.nn import functional as F
 
 from redkit.errors import RedkitError
 from redkit.features import PrefixStates
+from redkit.modules.labels import joined_classifier, widened
 from redkit.modules.layers import MODULES, ROUTERS, Classifier
 from redkit.modules.routing import RouterBase
 from redkit.modules.store import ModuleMeta, load_module, module_exists, save_module
@@ -85,8 +86,10 @@ def _train_on_features(run: StageRun, stage: str, directory, module: nn.Module, 
     return {"module": str(directory), "epochs": result.epochs, "best_val_loss": result.best_val_loss}
 
 
-def load_classifier(run: StageRun) -> Classifier:
-    return load_module(run.module_dir("classifier"), run.fingerprint, run.feature_dim)[0].to(run.device)
+def load_classifier(run: StageRun) -> nn.Module:
+    """C, joined with the label rows of domains added with new labels (redkit/modules/labels.py)."""
+    return joined_classifier(run, lambda *parts: load_module(run.module_dir(*parts), run.fingerprint,
+                                                             run.feature_dim)[0].to(run.device))
 
 
 # ---- stage base ---------------------------------------------------------------------------------
@@ -292,7 +295,7 @@ def load_heads(run: StageRun) -> list[nn.Module]:
         path = run.module_dir("heads", name)
         if not module_exists(path):
             raise RedkitError(f"{path}: missing; run stage heads first")
-        heads.append(load_module(path, run.fingerprint, run.feature_dim)[0].to(run.device))
+        heads.append(widened(run, load_module(path, run.fingerprint, run.feature_dim)[0].to(run.device), float("-inf")))
     return heads
 
 

@@ -1,0 +1,118 @@
+"""`redkit train-expert`: a new domain's expert trained elsewhere, from a bundle and its own data.
+
+    redkit export --run RUN --out BUNDLE                       (on the machine that has the run)
+    redkit train-expert --bundle BUNDLE --data NEWDIR --out EXPERT      (anywhere, any time)
+    redkit add-domain --run RUN --expert EXPERT                (back where the run is)
+
+The bundle gives what an expert is trained *through*: the tuned backbone top (for the features)
+and the classifier C (and earlier domains' label rows). EXPERT is a fit-run directory holding only
+the new domain's data and modules, and `expert.json`, which describes it:
+
+    {"format": 1, "domains": ["bank_app"], "label_rows": {"bank_app": ["mortgage", ...]},
+     "host": {"fingerprint": <tuned backbone's>, "source_fingerprint": ..., "labels": [...],
+              "domains": [...], "modules": {"classifier": <sha256>, ...}, "bundle": "/abs/BUNDLE"},
+     "files": {"modules/experts/residual/bank_app/model.safetensors": {"size": ..., "sha256": ...}, ...}}
+
+add-domain refuses, with one line, an expert whose host is not the run: another backbone (the
+fingerprint), another classifier C, other labels or domains. The host's modules are copied into
+EXPERT only to train through them and removed afterwards, with the feature cache.
+"""
+
+import shutil
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from redkit.atomic import write_json
+from redkit.bundle.manifest import file_digest, file_entry, verify_files
+from redkit.errors import RedkitError
+from redkit.fitting.data import FitData, load_fit_data
+from redkit.fitting.run import FitRun
+from redkit.jsonfile import read_json
+from redkit.lifecycle.grow import grown_config, train_new_domains
+from redkit.open_run import open_run
+from redkit.steps.plugin import copy_modules
+
+EXPERT = "expert.json"
+FORMAT = 1
+
+
+def host_parts(run: FitRun) -> list[tuple[str, ...]]:
+    """The modules an expert is trained through: tuned top, C and earlier added domains' label rows."""
+    return [("backbone_top",), ("classifier",), *(("label_rows", d) for d in run.config.label_rows)]
+
+
+def host_digests(run: FitRun) -> dict[str, str]:
+    return {"/".join(p): file_digest(run.module_dir(*p) / "model.safetensors") for p in host_parts(run)[1:]}
+
+
+def train_expert(bundle_dir: Path, data_dir: Path, out: Path, print_fn=print) -> dict:
+    """Train the new domain(s) of `data_dir` through the bundle's modules into `out`; returns expert.json's content."""
+    wall = time.perf_counter()
+    out = Path(out)
+    if out.exists() and (out / EXPERT).is_file():
+        raise RedkitError(f"{out}: already an expert directory; choose another --out or delete it")
+    bundle = open_run(Path(bundle_dir))
+    if bundle.bundle is None or not isinstance(bundle, FitRun):
+        raise RedkitError(f"{bundle_dir}: not a bundle of a fit run; make one with redkit export --run RUN --out BUNDLE")
+    data_dir = Path(data_dir).resolve()
+    new = load_fit_data(data_dir, bundle.fields, bundle.config.seed, bundle.config.val_fraction, domains=bundle.space.domains,
+                        labels=bundle.space.labels, numeric_labels=bundle.config.numeric_labels)
+    config = grown_config(bundle.config, new, data_dir)
+    run = FitRun(out, config)
+    run.prepare_data(FitData(new.splits, config.labels, config.numeric_labels, config.domains, new.notes))
+    copy_modules(bundle, run, host_parts(bundle))
+    host = {"fingerprint": run.fingerprint, "source_fingerprint": bundle.backbone.source_fingerprint,
+            "labels": list(bundle.space.labels), "domains": list(bundle.space.domains), "modules": host_digests(bundle),
+            "bundle": str(Path(bundle_dir).resolve())}
+    train_new_domains(run, new.domains, print_fn)
+    own = [p for d in new.domains for p in (("experts", "residual", d), ("experts", "logit", d), ("heads", d),
+                                             *([("label_rows", d)] if d in config.label_rows else []))]
+    files = {str(Path("modules", *p, name)): file_entry(run.module_dir(*p) / name) for p in own for name in ("config.json", "model.safetensors")}
+    files |= {str(Path("data", f.name)): file_entry(f) for f in sorted((out / "data").glob("*.json*"))}
+    description = {"format": FORMAT, "domains": list(new.domains), "label_rows": {d: list(config.label_rows[d]) for d in new.domains
+                                                                                   if d in config.label_rows},
+                   "host": host, "files": files, "seconds": time.perf_counter() - wall}
+    for p in host_parts(bundle):  # only trained through: the run it is plugged into has them
+        shutil.rmtree(run.module_dir(*p))
+    shutil.rmtree(run.cache_dir, ignore_errors=True)
+    write_json(out / EXPERT, description)  # last: a directory with expert.json is complete
+    print_fn(f"wrote expert {out}: domain(s) {', '.join(new.domains)}, {len(files)} files, trained through {bundle_dir} "
+             f"(backbone {host['fingerprint'][:12]}) in {description['seconds']:.1f} s")
+    return description
+
+
+@dataclass
+class Expert:
+    run: FitRun  # the expert directory, opened as the fit run it is (the new domain's data and modules)
+    data: FitData  # its data, as add-domain merges it
+    config: object  # its FitConfig (the host's grown by the new domain)
+    description: dict  # expert.json
+
+
+def read_expert(directory: Path, parent: FitRun) -> Expert:
+    """The expert at `directory`, checked file by file and against the run it is plugged into."""
+    path = directory / EXPERT
+    if not path.is_file():
+        raise RedkitError(f"{directory}: not an expert directory (no {EXPERT}); make one with redkit train-expert")
+    description = read_json(path, "an expert description")
+    if not isinstance(description, dict) or not isinstance(description.get("host"), dict) or not isinstance(description.get("files"), dict):
+        raise RedkitError(f"{path}: not an expert description (expected an object with 'host' and 'files')")
+    if description.get("format") != FORMAT:
+        raise RedkitError(f"{path}: field 'format' = {description.get('format')!r}; this redkit reads expert format {FORMAT}")
+    verify_files(directory, description["files"], path, "train the expert again")
+    host = description["host"]
+    if host.get("fingerprint") != parent.fingerprint:
+        raise RedkitError(f"{directory}: trained on backbone {host.get('fingerprint')}, but {parent.dir} has backbone "
+                          f"{parent.fingerprint}; train it from a bundle of this run (redkit export)")
+    if host.get("labels") != list(parent.space.labels) or host.get("domains") != list(parent.space.domains):
+        raise RedkitError(f"{directory}: trained for a run with domains {host.get('domains')} and other labels; "
+                          f"{parent.dir} has domains {list(parent.space.domains)}")
+    if host.get("modules") != host_digests(parent):
+        raise RedkitError(f"{directory}: trained through another classifier C than {parent.dir}'s (sha256 differs); "
+                          "train it from a bundle of this run (redkit export)")
+    run = FitRun(directory)
+    splits = dict(run.splits)
+    data = FitData(splits, tuple(run.config.labels), run.config.numeric_labels, tuple(description["domains"]),
+                   [f"expert trained elsewhere: {directory}"])
+    return Expert(run, data, run.config, description)

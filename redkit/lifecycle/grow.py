@@ -1,0 +1,68 @@
+"""A run's config grown by new domains, and the new domains' own modules trained alone.
+
+Shared by `add-domain --data` (trained inside the new run) and `train-expert` (trained from a
+bundle, in an expert directory): the same config, the same seeds, so the same weights.
+"""
+
+from dataclasses import replace
+from pathlib import Path
+
+from redkit.errors import RedkitError
+from redkit.fitting.data import FitData
+from redkit.lifecycle.new_labels import train_label_rows
+from redkit.train.stages import STAGES
+
+
+def new_label_owners(new: FitData, config) -> dict[str, tuple[str, ...]]:
+    """{new domain: the labels it brings that the run cannot predict}: labels the run has never
+    seen, and labels a removed domain took with it (masked; a domain coming back brings them again).
+    A new label used by two new domains has no single owner and is refused (add one at a time)."""
+    predictable = set(config.labels) - set(config.removed_labels)
+    seen: dict[str, str] = {}
+    for r in new.splits["train"]:
+        if r.answer not in predictable:
+            first = seen.setdefault(r.answer, r.domain)
+            if first != r.domain:
+                raise RedkitError(f"{r.where}: new label {r.answer!r} occurs in new domains {first!r} and {r.domain!r}; "
+                                  "a new label belongs to one domain's label rows: add one domain at a time")
+    owners: dict[str, tuple[str, ...]] = {}
+    for label in sorted(seen, key=new.labels.index):
+        owners[seen[label]] = owners.get(seen[label], ()) + (label,)
+    return owners
+
+
+def grown_config(config, new: FitData, data_dir: Path):
+    """`config` with the new domains (after the run's) and the labels they bring (after the run's,
+    or masked ones unmasked), each owned by its domain's label rows."""
+    owners = new_label_owners(new, config)
+    brought = {label for labels in owners.values() for label in labels}
+    return replace(config, domains=(*config.domains, *new.domains), labels=tuple(new.labels),
+                   label_domains=grown_label_domains(config, new, owners),
+                   label_rows=dict(config.label_rows) | owners,
+                   removed_labels=tuple(label for label in config.removed_labels if label not in brought),
+                   added_data=(*config.added_data, str(data_dir)),
+                   added_domains=(*config.added_domains, *(d for d in new.domains if d not in config.removed_domains)))
+
+
+def grown_label_domains(config, new: FitData, owners: dict[str, tuple[str, ...]]) -> tuple[str, ...]:
+    """The one domain of each label (red_within's label structure), grown by the new labels; empty
+    where the run had none, or where a new domain uses a label another domain predicts."""
+    if not config.label_domains:
+        return ()
+    brought = {label: domain for domain, labels in owners.items() for label in labels}
+    if any(r.answer not in brought for r in new.splits["train"]):
+        return ()  # a new domain shares a label with an old one: labels no longer belong to one domain each
+    domains = dict(zip(config.labels, config.label_domains)) | brought
+    return tuple(domains[label] for label in new.labels)
+
+
+def train_new_domains(run, names: tuple[str, ...], print_fn=print) -> None:
+    """Each new domain's residual expert (with its label rows, if it brought new labels), logit
+    expert and head, each trained alone on that domain's data through the frozen (joined) classifier."""
+    indices = [run.space.domains.index(d) for d in names]
+    for index in indices:
+        if run.space.domains[index] in run.config.label_rows:
+            print_fn(f"[label rows] {train_label_rows(run, index)}")
+    for stage in ("experts", "heads"):
+        outcome = STAGES[stage](run, domains=indices)
+        print_fn(f"[{stage}] {outcome if len(str(outcome)) < 200 else str(outcome)[:200] + ' ...'}")

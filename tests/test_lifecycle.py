@@ -1,0 +1,190 @@
+"""The modular life cycle of a fit run (redkit/lifecycle): a domain with labels the run has never
+seen added, a domain removed, an expert trained elsewhere from a bundle and plugged in (and one
+from another backbone refused), on the generated topics set (4 domains x 3 intents; the new
+domain "tech" brings 3 intents of its own). One fitted run per module, shared."""
+
+import contextlib
+import hashlib
+import io
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from conftest import run_cli
+from redkit.fitting.topics import topic_records, write_topics
+
+FIT_ARGS = ("--max-epochs", "8")  # enough for the new label rows to learn; the cost is the backbone, not the epochs
+
+
+def _sha(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _digest(directory: Path) -> dict[str, str]:
+    return {str(p.relative_to(directory)): _sha(p) for p in sorted(directory.rglob("*")) if p.is_file()}
+
+
+def _tech(directory: Path) -> Path:
+    """The new domain: tech support requests, whose intents (reset, slow, connect) the run has never seen."""
+    rows = [r for r in topic_records(600, 5, 3, seed=11) if r["domain"] == "tech"][:80]
+    directory.mkdir(parents=True)
+    (directory / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows[:60]))
+    (directory / "test.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows[60:]))
+    return directory
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory) -> dict[str, Path]:
+    """The fitted run, the new domain's data, and the run with it added (the CLI, --data)."""
+    from redkit.cli import main
+
+    root = tmp_path_factory.mktemp("lifecycle")
+    data = write_topics(root / "topics", train=240, val=0, test=80, domains=4, labels_per_domain=3)
+    with contextlib.redirect_stdout(io.StringIO()):
+        assert main(["fit", "--data", str(data), "--out", str(root / "run"), *FIT_ARGS]) == 0
+    tech = _tech(root / "tech")
+    before = _digest(root / "run")
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert main(["add-domain", "--run", str(root / "run"), "--data", str(tech), "--out", str(root / "run+tech")]) == 0
+    assert _digest(root / "run") == before  # the parent is only read
+    return {"root": root, "run": root / "run", "tech": tech, "added": root / "run+tech", "printed": Path(out.getvalue())}
+
+
+def test_a_domain_with_new_labels_grows_the_predictor_and_copies_every_old_module(world):
+    run, added = world["run"], world["added"]
+    old, new = json.loads((run / "config.json").read_text()), json.loads((added / "config.json").read_text())
+    assert new["labels"] == old["labels"] + ["connect", "reset", "slow"]
+    assert new["label_rows"] == {"tech": ["connect", "reset", "slow"]} and new["added_domains"] == ["tech"]
+    assert new["label_domains"] == old["label_domains"] + ["tech"] * 3
+    rows = json.loads((added / "modules" / "label_rows" / "tech" / "config.json").read_text())
+    assert rows["kind"] == "label_rows" and rows["config"]["num_classes"] == 3
+    results = json.loads((added / "results.json").read_text())
+    change = results["lifecycle"]
+    assert change["frozen_modules_unchanged"] is True and change["new_labels"] == {"tech": ["connect", "reset", "slow"]}
+    for module, digest in change["frozen_modules"].items():  # recorded digests are the parent's, and the copies match
+        assert _sha(run / "modules" / module / "model.safetensors") == digest == _sha(added / "modules" / module / "model.safetensors")
+    assert "classifier" in change["frozen_modules"] and "experts/residual/banking" in change["frozen_modules"]
+
+
+def test_new_labels_compete_fairly_with_the_old_ones(world):
+    """The new domain's queries get its new labels; the old domains' accuracy under RED does not drop."""
+    results = json.loads((world["added"] / "results.json").read_text())
+    for composition in ("red", "red_within"):  # red_within: the new labels belong to tech (label_domains grew)
+        table = results["lifecycle"]["before_after"]["test"][composition]
+        assert table["tech"][0] is None and table["tech"][1] >= 0.5, composition  # learned alone, through the frozen C
+        for domain in ("banking", "cooking", "health", "travel"):
+            before, after = table[domain]
+            assert after >= before - 0.05, (composition, domain, before, after)
+    # the global heads cannot output the new labels, and say nothing of tech
+    assert results["splits"]["test"]["global_full"]["by_domain"]["tech"]["accuracy"] == 0.0
+    assert "cannot output them at all" in (world["added"] / "report.md").read_text()
+
+
+def test_predict_can_answer_a_new_label(world):
+    import redkit
+
+    predictions = redkit.load(world["added"]).predict(["factory reset the laptop", "my phone won't connect to wifi"])
+    assert {p.label for p in predictions} <= {"reset", "connect", "slow"} and predictions[0].label == "reset"
+
+
+def test_remove_domain_masks_its_labels_and_says_what_still_carries_it(world, tmp_path, capsys):
+    import redkit
+
+    run, out = world["run"], tmp_path / "run-travel"
+    before = _digest(run)
+    code, printed, _ = run_cli(["remove-domain", "--run", run, "--domain", "travel", "--out", out], capsys)
+    assert code == 0 and _digest(run) == before
+    config = json.loads((out / "config.json").read_text())
+    assert config["domains"] == ["banking", "cooking", "health"] and config["removed_domains"] == ["travel"]
+    assert sorted(config["removed_labels"]) == ["book", "cancel", "delay"]
+    assert not (out / "modules" / "experts" / "residual" / "travel").exists() and not (out / "modules" / "heads" / "travel").exists()
+    assert all(json.loads(line)["domain"] != "travel" for line in (out / "data" / "train.jsonl").read_text().splitlines())
+    change = json.loads((out / "results.json").read_text())["lifecycle"]
+    assert change["frozen_modules_unchanged"] is True and "experts/residual/travel" not in change["frozen_modules"]
+    assert change["still_trained_on_removed_data"][:2] == ["backbone_top (stage base)", "classifier C (stage base)"]
+    assert "removal cannot take that back" in printed
+    travel = [r["text"] for r in topic_records(40, 4, 3, seed=3) if r["domain"] == "travel"]
+    for composition in ("red", "red_within", "global_10pct", "global_full", "moe"):
+        labels = {p.label for p in redkit.load(out).predict(travel, composition=composition)}
+        assert not labels & {"book", "cancel", "delay"}, composition
+
+
+def test_removing_a_domain_added_later_leaves_nothing_trained_on_it(world, tmp_path, capsys):
+    code, printed, _ = run_cli(["remove-domain", "--run", world["added"], "--domain", "tech", "--out", tmp_path / "back"], capsys)
+    assert code == 0
+    change = json.loads((tmp_path / "back" / "results.json").read_text())["lifecycle"]
+    assert change["still_trained_on_removed_data"] == [] and "never saw its data" in printed
+    assert not (tmp_path / "back" / "modules" / "label_rows" / "tech").exists()
+
+
+@pytest.mark.parametrize("case", ["unknown", "last"])
+def test_removing_an_unknown_or_the_last_domain_is_one_line(world, tmp_path, capsys, case):
+    run = world["run"]
+    if case == "last":  # a run with one domain: only its config is read before the refusal
+        run = tmp_path / "one"
+        run.mkdir()
+        config = json.loads((world["run"] / "config.json").read_text()) | {"domains": ["banking"]}
+        (run / "config.json").write_text(json.dumps(config))
+    domain = "weather" if case == "unknown" else "banking"
+    code, _, err = run_cli(["remove-domain", "--run", run, "--domain", domain, "--out", tmp_path / "out"], capsys)
+    assert code == 2 and len(err.strip().splitlines()) == 1
+    assert ("no domain 'weather'" if case == "unknown" else "is the run's only domain") in err
+    assert not (tmp_path / "out").exists()
+
+
+def test_an_expert_trained_from_a_bundle_is_the_one_add_domain_trains(world, tmp_path, capsys):
+    """The round trip: export, train-expert anywhere (only the bundle and the data), add-domain --expert."""
+    bundle, expert, out = tmp_path / "bundle", tmp_path / "expert", tmp_path / "run+tech"
+    assert run_cli(["export", "--run", world["run"], "--out", bundle], capsys)[0] == 0
+    code, printed, _ = run_cli(["train-expert", "--bundle", bundle, "--data", world["tech"], "--out", expert], capsys)
+    assert code == 0 and "wrote expert" in printed
+    description = json.loads((expert / "expert.json").read_text())
+    assert description["host"]["fingerprint"] == json.loads((bundle / "manifest.json").read_text())["backbone"]["fingerprint"]
+    assert not (expert / "modules" / "classifier").exists()  # only its own modules travel back
+    code, printed, _ = run_cli(["add-domain", "--run", world["run"], "--expert", expert, "--out", out], capsys)
+    assert code == 0 and "byte-identical to their source's (sha256 of their weights): True" in printed
+    for module in ("experts/residual/tech", "experts/logit/tech", "heads/tech", "label_rows/tech"):
+        assert _sha(out / "modules" / module / "model.safetensors") == _sha(world["added"] / "modules" / module / "model.safetensors")
+
+
+def test_an_expert_from_another_backbone_is_refused(world, tmp_path, capsys):
+    from test_backbone import make_tiny_qwen3
+
+    qwen = make_tiny_qwen3(tmp_path / "qwen3")
+    data = write_topics(tmp_path / "topics", train=120, val=0, test=0, domains=4, labels_per_domain=3)
+    assert run_cli(["fit", "--data", data, "--out", tmp_path / "other", "--backbone", qwen, "--max-epochs", "1"], capsys)[0] == 0
+    assert run_cli(["export", "--run", tmp_path / "other", "--out", tmp_path / "bundle"], capsys)[0] == 0
+    assert run_cli(["train-expert", "--bundle", tmp_path / "bundle", "--data", world["tech"], "--out", tmp_path / "expert"], capsys)[0] == 0
+    code, _, err = run_cli(["add-domain", "--run", world["run"], "--expert", tmp_path / "expert", "--out", tmp_path / "out"], capsys)
+    assert code == 2 and len(err.strip().splitlines()) == 1
+    assert "trained on backbone" in err and "train it from a bundle of this run" in err
+    assert not (tmp_path / "out").exists()
+
+
+def test_an_altered_expert_file_is_refused(world, tmp_path, capsys):
+    bundle, expert = tmp_path / "bundle", tmp_path / "expert"
+    run_cli(["export", "--run", world["run"], "--out", bundle], capsys)
+    assert run_cli(["train-expert", "--bundle", bundle, "--data", world["tech"], "--out", expert], capsys)[0] == 0
+    weights = expert / "modules" / "heads" / "tech" / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:-8])
+    code, _, err = run_cli(["add-domain", "--run", world["run"], "--expert", expert, "--out", tmp_path / "out"], capsys)
+    assert code == 2 and "size mismatch" in err and not (tmp_path / "out").exists()
+
+
+def test_study_lifecycle_removes_and_adds_back_a_domain(world, tmp_path, capsys):
+    """The study's path: RUN - travel (its labels masked), then travel added back with label rows for them."""
+    run = Path(shutil.copytree(world["run"], tmp_path / "run"))
+    code, printed, _ = run_cli(["study", "lifecycle", "--run", run, "--domain", "travel", "--joint-retrains", "0"], capsys)
+    assert code == 0
+    study = run / "studies" / "lifecycle"
+    result = json.loads((study / "results.json").read_text())
+    (add,), (remove,) = result["add"], result["remove"]
+    assert add["unchanged"] and remove["unchanged"] and add["label_rows"] == 3
+    back = json.loads((study / "runs" / "readded-travel" / "config.json").read_text())
+    assert back["removed_labels"] == [] and back["label_rows"] == {"travel": ["book", "cancel", "delay"]}
+    assert back["added_domains"] == []  # stage base did see travel: it was in the run when it was fitted
+    assert add["after"]["red"]["domain"] > 0.5 and (study / "figures" / "add_vs_retrain.png").stat().st_size > 10_000
+    assert "## Add: each domain added to the others" in printed and "What each compared system saw" in printed
