@@ -45,6 +45,14 @@ def sinkhorn(scores: torch.Tensor, iters: int) -> torch.Tensor:
     return q
 
 
+def orthogonality_penalty(vectors: torch.Tensor) -> torch.Tensor:
+    """(K, p) -> mean off-diagonal squared cosine between the K rows (0 when they are orthogonal)."""
+    e = F.normalize(vectors, dim=-1)
+    gram = e @ e.T
+    k = len(e)
+    return (gram - torch.eye(k, device=e.device, dtype=e.dtype)).pow(2).sum() / max(k * (k - 1), 1)
+
+
 def quota(balanced: torch.Tensor, selected: torch.Tensor, cap: int) -> torch.Tensor:
     """(N, k) bool: the selection kept when each expert takes its `cap` best-scoring decisions."""
     mask = torch.zeros_like(balanced, dtype=torch.bool).scatter(1, selected, True)
@@ -70,10 +78,7 @@ class SpectraRouter(nn.Module):
         return self.config.scale * z @ F.normalize(self.prototypes, dim=-1).T
 
     def orthogonality(self) -> torch.Tensor:
-        e = F.normalize(self.prototypes, dim=-1)
-        gram = e @ e.T
-        k = len(e)
-        return (gram - torch.eye(k, device=e.device)).pow(2).sum() / max(k * (k - 1), 1)
+        return orthogonality_penalty(self.prototypes)
 
     def route(self, h: torch.Tensor) -> RouterOutput:
         c = self.config

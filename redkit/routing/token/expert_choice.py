@@ -1,0 +1,53 @@
+"""Expert Choice at token level (Zhou et al. 2022): each expert takes its C best real tokens of the
+batch, C = ⌈c N k / E⌉ (c = 1: on average k experts per token, the compute of top-k).
+
+A token may get 0..E experts, so the contract's slots are E wide: slot j holds expert j when
+expert j chose the token, else the sentinel E (no expert; transformers' experts skip it) with
+weight 0. Gates are the token's softmax probabilities over experts (the paper's).
+
+NON-CAUSAL in training: a token's experts depend on the other tokens of the batch, later ones
+included, which a causal language model must not see. In evaluation (`model.eval()`) it therefore
+routes by token choice (plain top-k of the same probabilities, renormalised), the causal reading
+the paper leaves open; the held-out loss is measured that way.
+"""
+
+from dataclasses import dataclass
+
+import torch
+
+from redkit.routing.routers.base import capacity
+from redkit.routing.token.base import (TOKEN_ROUTERS, TokenRouter, TokenRouterConfig, copy_stock_weight, linear_scores,
+                                       renormalise, softmax_top_k)
+
+
+@dataclass
+class ExpertChoiceConfig(TokenRouterConfig):
+    capacity_factor: float = 1.0  # c
+
+
+@TOKEN_ROUTERS.register("expert_choice")
+class ExpertChoiceTokenRouter(TokenRouter):
+    Config = ExpertChoiceConfig
+
+    def __init__(self, config: ExpertChoiceConfig):
+        super().__init__(config)
+        self.weight = linear_scores(config.dim, config.num_experts)
+
+    def take_over(self, stock) -> None:
+        copy_stock_weight(self.weight, stock)
+
+    def route_tokens(self, x, real):
+        c = self.config
+        logits = torch.nn.functional.linear(x, self.weight)  # (N, E)
+        probs, top, plain = softmax_top_k(logits, c.top_k)
+        if not self.training:
+            return logits, renormalise(top), plain, logits.new_zeros(())
+        rows = real.nonzero().squeeze(1)  # (n,) real token rows
+        per_expert = min(len(rows), capacity(len(rows), c.top_k, c.num_experts, c.capacity_factor))  # C
+        chosen = probs[rows].topk(per_expert, dim=0).indices  # (C, E) each expert's best real tokens
+        picked = torch.zeros_like(probs, dtype=torch.bool)
+        picked[rows[chosen], torch.arange(c.num_experts, device=x.device).expand_as(chosen)] = True  # (N, E)
+        experts = torch.arange(c.num_experts, device=x.device).expand_as(probs)
+        index = torch.where(picked, experts, torch.full_like(experts, c.num_experts))  # (N, E) sentinel E = none
+        weights = torch.where(picked, probs, torch.zeros_like(probs))
+        return logits, weights, index, logits.new_zeros(())
