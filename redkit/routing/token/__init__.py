@@ -3,7 +3,7 @@
     context        what a model's gates share in a forward: padding mask, (B, T), cross-layer state
     base           the gate contract (logits, top-k weights, top-k index) and the TOKEN_ROUTERS registry
     topk           dense (the stock gate, bit-identical), switch, top2, loss_free
-    expert_choice  experts pick tokens (E slots, sentinel E = no expert)
+    expert_choice  experts pick tokens (as many slots as the busiest token needs)
     spectra        GRU state, expression projector, Sinkhorn + quota, orthogonality, speciality
     replace        replace_router(model, name, **config)
 

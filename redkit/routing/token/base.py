@@ -8,8 +8,8 @@ A transformers 5.x sparse-MoE block calls `self.gate(hidden (N, d))` and uses
     router_logits (N, E)   recorded by the model (OutputRecorder, index 0) for output_router_logits,
                            the load-balancing loss and redkit's RoutingMonitor
     top_k_weights (N, k)   combination weights (0 = the slot adds nothing)
-    top_k_index   (N, k)   expert of each slot; E (one past the last expert) = no expert, which
-                           every transformers experts implementation skips
+    top_k_index   (N, k)   expert of each slot (always a real expert: transformers' grouped_mm
+                           experts leave the "no expert" sentinel's rows uninitialised)
 
 A token router returns exactly that from `forward`, and keeps its own auxiliary loss of the last
 forward in `self.aux_loss` (`router_aux_loss(model)` sums them): the model's load-balancing loss

@@ -1,9 +1,11 @@
 """Expert Choice at token level (Zhou et al. 2022): each expert takes its C best real tokens of the
 batch, C = ⌈c N k / E⌉ (c = 1: on average k experts per token, the compute of top-k).
 
-A token may get 0..E experts, so the contract's slots are E wide: slot j holds expert j when
-expert j chose the token, else the sentinel E (no expert; transformers' experts skip it) with
-weight 0. Gates are the token's softmax probabilities over experts (the paper's).
+A token may get 0..E experts, so the contract's slots are m wide, m the most experts any token of
+the batch got: a token's chosen experts first, then unchosen ones with weight 0 (computed, adding
+nothing). Not the "no expert" sentinel E: transformers' default grouped_mm experts leave its rows
+uninitialised unless expert-parallel, and 0 x NaN poisons the block. Gates are the token's softmax
+probabilities over experts (the paper's).
 
 NON-CAUSAL in training: a token's experts depend on the other tokens of the batch, later ones
 included, which a causal language model must not see. In evaluation (`model.eval()`) it therefore
@@ -47,7 +49,8 @@ class ExpertChoiceTokenRouter(TokenRouter):
         chosen = probs[rows].topk(per_expert, dim=0).indices  # (C, E) each expert's best real tokens
         picked = torch.zeros_like(probs, dtype=torch.bool)
         picked[rows[chosen], torch.arange(c.num_experts, device=x.device).expand_as(chosen)] = True  # (N, E)
-        experts = torch.arange(c.num_experts, device=x.device).expand_as(probs)
-        index = torch.where(picked, experts, torch.full_like(experts, c.num_experts))  # (N, E) sentinel E = none
-        weights = torch.where(picked, probs, torch.zeros_like(probs))
+        slots = max(int(picked.sum(dim=1).max()), 1)  # m
+        # chosen experts first (by probability), then the unchosen: (N, m)
+        index = (picked.float() * 2 + probs.detach()).topk(slots, dim=-1).indices
+        weights = torch.where(picked, probs, torch.zeros_like(probs)).gather(1, index)
         return logits, weights, index, logits.new_zeros(())

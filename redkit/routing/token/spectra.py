@@ -125,9 +125,8 @@ class SpectraTokenRouter(TokenRouter):
     def carry_across_layers(self, s: torch.Tensor) -> torch.Tensor:
         if not hasattr(self, "layer_cell"):
             return s
-        previous = self.context.layer_state
-        if previous is not None and previous.shape == s.shape:
-            s = self.layer_cell(s, previous)
+        previous = self.context.layer_state  # None at the first MoE layer: the trajectory starts at 0
+        s = self.layer_cell(s, previous if previous is not None and previous.shape == s.shape else None)
         self.context.layer_state = s
         return s
 
