@@ -102,10 +102,15 @@ def math_texts(config: CorpusConfig) -> tuple[list[str], list[str], dict]:
         "examples": {"train": len(splits["train"]), "heldout": len(splits["test"])}}
 
 
-def prose_texts(config: CorpusConfig) -> tuple[list[str], list[str], dict]:
+def clinc_file(config: CorpusConfig) -> Path:
     path = Path(config.clinc_path) if config.clinc_path else CLINC.resolve()
     if not path.is_file():
         raise RedkitError(f"{path}: CLINC150's data_full.json not found (pass its path as --clinc)")
+    return path
+
+
+def prose_texts(config: CorpusConfig) -> tuple[list[str], list[str], dict]:
+    path = clinc_file(config)
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
         train, held = _shuffled(row[0] for row in data["train"]), _shuffled(row[0] for row in data["test"])
@@ -116,6 +121,7 @@ def prose_texts(config: CorpusConfig) -> tuple[list[str], list[str], dict]:
 
 
 def build_corpus(config: CorpusConfig) -> Corpus:
+    clinc_file(config)  # a missing file fails before any work
     train, heldout, sources = {}, {}, {}
     for domain, read in zip(DOMAINS, (code_texts, math_texts, prose_texts)):
         tr, he, source = read(config)

@@ -158,8 +158,11 @@ def render(results: dict, figures: dict[str, str]) -> str:
                   table_replacement(t), ""]
     lines += ["## Dynamics (seed %d)" % seeds[0], "", f"![dynamics]({figures['dynamics']})", "", f"![usage]({figures['usage']})", "",
               f"![loss]({figures['loss']})", "",
-              "## Wall times", "", markdown_table(["seed", "seconds"], [[s, f"{v:.0f}"] for s, v in results["wall_seconds"]["seeds"].items()]),
-              "", f"This call: {results['wall_seconds']['this_call']:.0f} s (a seed already on disk is read, not retrained).", ""]
+              "## Wall times", "", markdown_table(["seed", "wall seconds", "CPU seconds"],
+                                                 [[str(r["seed"]), f"{r['seconds']:.0f}", f"{r.get('cpu_seconds', float('nan')):.0f}"]
+                                                  for r in results["per_seed"]]),
+              "", f"This call: {results['wall_seconds']['this_call']:.0f} s wall, {results['cpu_seconds_this_call']:.0f} s CPU "
+                  "(a seed already on disk is read, not retrained; CPU time is what the run costs on an idle machine).", ""]
     return "\n".join(lines)
 
 
