@@ -25,6 +25,7 @@ def _spectra_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--variants", default="", help="comma-separated variant names (default: all; see redkit.spectra.model)")
     p.add_argument("--sweep", default="", help="E values for Table 11, e.g. 4,8,16,32 (default: none)")
     p.add_argument("--replacement-steps", type=int, default=None, help="steps of the router-replacement arms (0 = none; default steps/3)")
+    p.add_argument("--measure-every", type=int, default=None, help="steps between two routing measurements of the probe (default 10)")
     p.add_argument("--eval-sequences", type=int, default=None, help="held-out windows per domain (default 16)")
     p.add_argument("--clinc", default="", help="CLINC150 data_full.json (default ../shared/external/clinc150/)")
     p.add_argument("--threads", type=int, default=1, help="torch CPU threads (default 1: fastest on a shared 2-core machine)")
@@ -43,6 +44,10 @@ def spectra_config(args):
     train = TrainConfig()
     if args.steps is not None:
         train.steps = args.steps
+    if args.measure_every is not None:
+        if args.measure_every < 1:
+            raise RedkitError(f"--measure-every {args.measure_every}: must be at least 1")
+        train.measure_every = args.measure_every
     seeds = _ints(args.seed_list, "--seed-list") or tuple(range(args.seeds))
     config = ExperimentConfig(corpus=CorpusConfig(clinc_path=args.clinc), model=model, train=train, seeds=seeds,
                               sweep=_ints(args.sweep, "--sweep"), threads=args.threads,
