@@ -28,7 +28,7 @@ def table_61(t: dict) -> str:
 def table_62(t: dict) -> str:
     keys = ("cv", "max_vio", "unused_rate", "gini", "gram_ortho", "jaccard_mean", "entropy", "top1_weight", "purity", "nmi")
     rows = [[name] + [_ms(v[k]) for k in keys] for name, v in t["6.2"].items()]
-    return markdown_table(["variant", "CV", "MaxVio", "unused", "Gini", "Gram |cos|", "Jaccard", "entropy", "confidence",
+    return markdown_table(["variant", "CV", "MaxVio", "unused", "Gini", "Gram mean abs cos", "Jaccard", "entropy", "confidence",
                            "purity", "NMI"], rows)
 
 
@@ -36,7 +36,7 @@ def table_62_layers(t: dict) -> str:
     keys = ("cv", "max_vio", "unused_rate", "gini", "gram_ortho", "jaccard_mean", "entropy", "top1_weight")
     rows = [[name, str(i)] + [f"{layer[k]:.3f}" for k in keys] for name, layers in t["6.2_layers"].items()
             for i, layer in enumerate(layers)]
-    return markdown_table(["variant", "layer", "CV", "MaxVio", "unused", "Gini", "Gram |cos|", "Jaccard", "entropy", "confidence"], rows)
+    return markdown_table(["variant", "layer", "CV", "MaxVio", "unused", "Gini", "Gram mean abs cos", "Jaccard", "entropy", "confidence"], rows)
 
 
 def table_purity(t: dict) -> str:
@@ -60,7 +60,7 @@ def table_7(t: dict) -> str:
     rows = [[name, _ms(t["6.2"][name]["expert_entropy"]), _ms(t["6.2"][name]["jaccard_mean"], 100, 1) + " %",
              _ms(t["6.2"][name]["gram_ortho"], 100, 2), _ms(t["6.2"][name]["collapse_rate"], 100, 1) + " %", _ms(t["6.1"][name]["loss"])]
             for name in TABLE7 if name in t["6.2"]]
-    return markdown_table(["variant", "expert entropy", "expert overlap (Jaccard)", "Gram |cos| (×10⁻²)", "collapse rate",
+    return markdown_table(["variant", "expert entropy", "expert overlap (Jaccard)", "Gram mean abs cos (×10⁻²)", "collapse rate",
                            "held-out loss"], rows)
 
 
@@ -89,11 +89,11 @@ def table_12(t: dict) -> str:
 def table_replacement(t: dict) -> str:
     rows = [[arm, _ms(v["loss"])] + [_ms(v[d]) for d in DOMAINS] + [_ms(v[k]) for k in ("cv", "entropy", "jaccard_mean", "gram_ortho", "purity")]
             for arm, v in t["replacement"].items()]
-    return markdown_table(["arm", "held-out loss"] + [f"{d} loss" for d in DOMAINS] + ["CV", "entropy", "Jaccard", "Gram |cos|", "purity"], rows)
+    return markdown_table(["arm", "held-out loss"] + [f"{d} loss" for d in DOMAINS] + ["CV", "entropy", "Jaccard", "Gram mean abs cos", "purity"], rows)
 
 
 CLAIMS = {"H1": "SPECTRA's held-out loss is lower than Switch top-2's",
-          "H2": "SPECTRA's expert overlap (Jaccard) and Gram |cos| are lower than Switch top-2's",
+          "H2": "SPECTRA's expert overlap (Jaccard) and Gram mean abs cos are lower than Switch top-2's",
           "H3": "SPECTRA's routing consistency across checkpoints is higher than Switch top-2's",
           "H4": "SPECTRA's training step costs at most 10 % more than Switch top-2's",
           "H5": "removing any one SPECTRA component raises the held-out loss",

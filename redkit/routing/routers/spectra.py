@@ -12,7 +12,8 @@ Left out of the published description, and why: the GRU that carries routing sta
 ("consistent trajectory") and the expression projector both need a sequence of routing points
 (layers or tokens); redkit routes each example once, on a pooled feature, so there is no trajectory
 to carry. The speciality penalty and expert repulsion terms act on expert outputs during joint
-training; redkit's experts are trained alone and frozen before any router sees them.
+training; redkit's experts are trained alone and frozen before any router sees them. All of them
+exist at token level, inside Hugging Face MoE blocks: redkit.routing.token.spectra.
 """
 
 from dataclasses import dataclass
