@@ -7,6 +7,7 @@
 
 A seed whose results.json exists (same configuration) is read, not retrained: several processes may
 each run one seed into the same <out> (`--seed-list`), and a last call with every seed aggregates.
+The E-sweep's rows are added to a stored seed: `--sweep 4,8` later trains only the missing E.
 
 Router replacement (seed 004: "Mixtral router replacement"): the stock variant, trained for `steps`,
 continues `replacement_steps` more steps three ways from the same weights and the same batches:
@@ -65,9 +66,8 @@ class ExperimentConfig:
     def seed_key(self) -> dict:
         """What a seed's results depend on (a stored seed with another key is retrained)."""
         d = asdict(self)
-        d.pop("seeds")
-        d.pop("threads")
-        d.pop("overhead_repeats")
+        for independent in ("seeds", "threads", "overhead_repeats", "sweep"):  # the sweep's rows are added to a stored seed
+            d.pop(independent)
         return d
 
 
@@ -104,14 +104,39 @@ def replacement(corpus: Corpus, config: ExperimentConfig, stock_model, seed: int
     return rows
 
 
+def stored_seed(path: Path, key: dict) -> dict | None:
+    if not path.is_file():
+        return None
+    stored = json.loads(path.read_text())
+    stored.get("config", {}).pop("sweep", None)
+    return stored if stored.get("config") == json.loads(json.dumps(key)) else None
+
+
 def run_seed(out: Path, corpus: Corpus, config: ExperimentConfig, seed: int, print_fn=print) -> dict:
     path = out / f"seed-{seed}" / "results.json"
     key = config.seed_key()
-    if path.is_file():
-        stored = json.loads(path.read_text())
-        if stored.get("config") == json.loads(json.dumps(key)):
-            print_fn(f"seed {seed}: read {path}")
-            return stored
+    result = stored_seed(path, key)
+    if result is not None:
+        print_fn(f"seed {seed}: read {path}")
+    else:
+        result = train_seed(out, corpus, config, seed, print_fn) | {"config": key}
+    logs = out / f"seed-{seed}" / "logs"
+    missing = [e for e in config.sweep if str(e) not in result["sweep"]]
+    for experts in missing:
+        start = time.perf_counter()
+        model_config = copy.copy(config.model)
+        model_config.experts = experts
+        for name in SWEEP_VARIANTS:
+            _, row = train_variant(corpus, config, model_config, VARIANT_NAMES[name], seed, logs / f"E{experts}" / name.replace(" ", "_"))
+            result["sweep"].setdefault(str(experts), {})[name] = row
+            print_fn(f"seed {seed} E={experts} {name}: held-out loss {row['measure']['loss']:.4f}")
+        result.setdefault("sweep_seconds", {})[str(experts)] = time.perf_counter() - start
+    write_json(path, result)
+    return result
+
+
+def train_seed(out: Path, corpus: Corpus, config: ExperimentConfig, seed: int, print_fn=print) -> dict:
+    """Every variant and the replacement arms of one seed (the sweep: run_seed)."""
     start, cpu = time.perf_counter(), sum(resource.getrusage(resource.RUSAGE_SELF)[:2])
     logs = out / f"seed-{seed}" / "logs"
     variants, stock_model = {}, None
@@ -122,18 +147,8 @@ def run_seed(out: Path, corpus: Corpus, config: ExperimentConfig, seed: int, pri
         if name == "stock (dense top-2)":
             stock_model = model
     replaced = replacement(corpus, config, stock_model, seed, logs / "replacement") if config.replacement_steps else {}
-    sweep = {}
-    for experts in config.sweep:
-        model_config = copy.copy(config.model)
-        model_config.experts = experts
-        for name in SWEEP_VARIANTS:
-            _, row = train_variant(corpus, config, model_config, VARIANT_NAMES[name], seed, logs / f"E{experts}" / name.replace(" ", "_"))
-            sweep.setdefault(str(experts), {})[name] = row
-            print_fn(f"seed {seed} E={experts} {name}: held-out loss {row['measure']['loss']:.4f}")
-    result = {"seed": seed, "config": key, "variants": variants, "replacement": replaced, "sweep": sweep,
-              "seconds": time.perf_counter() - start, "cpu_seconds": sum(resource.getrusage(resource.RUSAGE_SELF)[:2]) - cpu}
-    write_json(path, result)
-    return result
+    return {"seed": seed, "variants": variants, "replacement": replaced, "sweep": {},
+            "seconds": time.perf_counter() - start, "cpu_seconds": sum(resource.getrusage(resource.RUSAGE_SELF)[:2]) - cpu}
 
 
 def run_experiment(out: Path, config: ExperimentConfig, print_fn=print) -> dict:

@@ -91,7 +91,7 @@ def affinity_figure(tables: dict, path: Path) -> str:
         ax.set_xticks(range(matrix.shape[1]), [str(i) for i in range(matrix.shape[1])], fontsize=7)
         ax.set_xlabel("expert (top-1)")
         ax.set_title(name, fontsize=9)
-    fig.colorbar(axes[0][-1].images[0], ax=axes[0].tolist(), shrink=0.8, label="share of the domain's tokens")
+    fig.colorbar(axes[0][-1].images[0], ax=axes[0][-1], label="share of the domain's tokens")
     return save_figure(fig, path)
 
 

@@ -151,7 +151,10 @@ def render(results: dict, figures: dict[str, str]) -> str:
         f"(batch {results['overhead']['batch']} × {results['overhead']['length']}).", "",
     ]
     if t["11"]:
-        lines += ["## Table 11: number of experts", "", table_11(t), ""]
+        sweep_seconds = {e: [r.get("sweep_seconds", {}).get(e) for r in results["per_seed"]] for e in t["11"]}
+        lines += ["## Table 11: number of experts (Switch top-2 and SPECTRA trained for each E)", "", table_11(t), "",
+                  "Wall seconds per E (per seed): " + "; ".join(f"E={e}: {', '.join('%.0f' % v for v in vs if v is not None)}"
+                                                           for e, vs in sweep_seconds.items()), ""]
     lines += ["## Table 12: routing stability across checkpoints (second half of training, probe batch)", "", table_12(t), ""]
     if t["replacement"]:
         lines += [f"## Router replacement (stock model trained {tr['steps']} steps, then {c['replacement_steps']} more steps each way)", "",

@@ -85,7 +85,7 @@ def aggregate(results: dict) -> dict:
         tables["12"][name] = {key: _stat(_values(per_seed, lambda s: stability(s["variants"][name]["routing_log"])[key]))
                               for key in ("consistency", "usage_sd", "kendall_tau")}
         tables["12"][name]["seconds_per_step"] = _stat(_values(per_seed, lambda s: s["variants"][name]["seconds_per_step"]))
-    for experts in per_seed[0]["sweep"]:
+    for experts in [str(e) for e in sorted(results["config"]["sweep"])]:  # the E asked for (every seed has them)
         tables["11"][experts] = {name: {"loss": _stat(_values(per_seed, lambda s: s["sweep"][experts][name]["measure"]["loss"])),
                                         "expert_entropy": _stat(_values(per_seed, lambda s: s["sweep"][experts][name]["measure"]["mean"]["expert_entropy"])),
                                         "gram_ortho": _stat(_values(per_seed, lambda s: s["sweep"][experts][name]["measure"]["mean"]["gram_ortho"]))}

@@ -72,16 +72,22 @@ class TokenRouter(nn.Module):
         raise NotImplementedError
 
 
-def linear_scores(dim: int, num_experts: int) -> nn.Parameter:
-    """An (E, d) scoring matrix initialised as transformers initialises Mixtral's gate (N(0, 0.02))."""
-    return nn.Parameter(torch.randn(num_experts, dim) * 0.02)
+class LinearScoreRouter(TokenRouter):
+    """A router whose logits are the stock gate's: x W^T with W (E, d), initialised as transformers
+    initialises Mixtral's gate (N(0, 0.02)) and taken over from the replaced gate when it has one."""
 
+    def __init__(self, config: TokenRouterConfig):
+        super().__init__(config)
+        self.weight = nn.Parameter(torch.randn(config.num_experts, config.dim) * 0.02)
 
-def copy_stock_weight(target: nn.Parameter, stock: nn.Module) -> None:
-    weight = getattr(stock, "weight", None)
-    if isinstance(weight, torch.Tensor) and weight.shape == target.shape:
-        with torch.no_grad():
-            target.copy_(weight)
+    def take_over(self, stock: nn.Module) -> None:
+        weight = getattr(stock, "weight", None)
+        if isinstance(weight, torch.Tensor) and weight.shape == self.weight.shape:
+            with torch.no_grad():
+                self.weight.copy_(weight)
+
+    def scores(self, x: torch.Tensor) -> torch.Tensor:  # (N, d) -> (N, E) logits
+        return F.linear(x, self.weight)
 
 
 def fill_real(plain: torch.Tensor, real: torch.Tensor, values: torch.Tensor) -> torch.Tensor:

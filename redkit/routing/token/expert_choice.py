@@ -18,8 +18,7 @@ from dataclasses import dataclass
 import torch
 
 from redkit.routing.routers.base import capacity
-from redkit.routing.token.base import (TOKEN_ROUTERS, TokenRouter, TokenRouterConfig, copy_stock_weight, linear_scores,
-                                       renormalise, softmax_top_k)
+from redkit.routing.token.base import TOKEN_ROUTERS, LinearScoreRouter, TokenRouterConfig, renormalise, softmax_top_k
 
 
 @dataclass
@@ -28,19 +27,12 @@ class ExpertChoiceConfig(TokenRouterConfig):
 
 
 @TOKEN_ROUTERS.register("expert_choice")
-class ExpertChoiceTokenRouter(TokenRouter):
+class ExpertChoiceTokenRouter(LinearScoreRouter):
     Config = ExpertChoiceConfig
-
-    def __init__(self, config: ExpertChoiceConfig):
-        super().__init__(config)
-        self.weight = linear_scores(config.dim, config.num_experts)
-
-    def take_over(self, stock) -> None:
-        copy_stock_weight(self.weight, stock)
 
     def route_tokens(self, x, real):
         c = self.config
-        logits = torch.nn.functional.linear(x, self.weight)  # (N, E)
+        logits = self.scores(x)  # (N, E)
         probs, top, plain = softmax_top_k(logits, c.top_k)
         if not self.training:
             return logits, renormalise(top), plain, logits.new_zeros(())

@@ -20,8 +20,8 @@ from dataclasses import dataclass
 import torch
 
 from redkit.routing.routers.base import balance_loss, capacity, within_capacity
-from redkit.routing.token.base import (TOKEN_ROUTERS, TokenRouter, TokenRouterConfig, copy_stock_weight, fill_real,
-                                       linear_scores, renormalise, softmax_top_k)
+from redkit.routing.token.base import (TOKEN_ROUTERS, LinearScoreRouter, TokenRouterConfig, fill_real, renormalise,
+                                       softmax_top_k)
 
 
 @dataclass
@@ -31,22 +31,15 @@ class DenseConfig(TokenRouterConfig):
 
 
 @TOKEN_ROUTERS.register("dense")
-class DenseTopKRouter(TokenRouter):
+class DenseTopKRouter(LinearScoreRouter):
     """The stock gate, as a token router."""
 
     Config = DenseConfig
     uses_model_balance_loss = True
 
-    def __init__(self, config: DenseConfig):
-        super().__init__(config)
-        self.weight = linear_scores(config.dim, config.num_experts)
-
-    def take_over(self, stock) -> None:
-        copy_stock_weight(self.weight, stock)
-
     def route_tokens(self, x, real):
         c = self.config
-        logits = torch.nn.functional.linear(x, self.weight)  # (N, E)
+        logits = self.scores(x)  # (N, E)
         _, top, index = softmax_top_k(logits, c.top_k)
         if c.normalise:
             top = top / top.sum(dim=-1, keepdim=True)
@@ -63,22 +56,15 @@ class SwitchConfig(TokenRouterConfig):
     normalise: bool = False
 
 
-class CapacityTopKRouter(TokenRouter):
+class CapacityTopKRouter(LinearScoreRouter):
     """Top-k with capacity dropping and the Switch / GShard balancing loss, on real tokens."""
-
-    def __init__(self, config):
-        super().__init__(config)
-        self.weight = linear_scores(config.dim, config.num_experts)
-
-    def take_over(self, stock) -> None:
-        copy_stock_weight(self.weight, stock)
 
     def select(self, probs: torch.Tensor) -> torch.Tensor:  # (n, E) -> (n, k)
         return probs.topk(self.config.top_k, dim=-1).indices
 
     def route_tokens(self, x, real):
         c = self.config
-        logits = torch.nn.functional.linear(x, self.weight)
+        logits = self.scores(x)  # (N, E)
         probs, _, plain = softmax_top_k(logits, c.top_k)
         p_real = probs[real]  # (n, E)
         selected = self.select(p_real)  # (n, k)
