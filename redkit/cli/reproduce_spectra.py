@@ -24,6 +24,7 @@ def _spectra_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed-list", default="", help="exactly these seeds, e.g. 2 (run seeds in parallel processes into one --out)")
     p.add_argument("--variants", default="", help="comma-separated variant names (default: all; see redkit.spectra.model)")
     p.add_argument("--sweep", default="", help="E values for Table 11, e.g. 4,8,16,32 (default: none)")
+    p.add_argument("--sweep-seeds", default="", help="the seeds that run the sweep, e.g. 0 (default: every seed)")
     p.add_argument("--replacement-steps", type=int, default=None, help="steps of the router-replacement arms (0 = none; default steps/3)")
     p.add_argument("--measure-every", type=int, default=None, help="steps between two routing measurements of the probe (default 10)")
     p.add_argument("--eval-sequences", type=int, default=None, help="held-out windows per domain (default 16)")
@@ -50,7 +51,7 @@ def spectra_config(args):
         train.measure_every = args.measure_every
     seeds = _ints(args.seed_list, "--seed-list") or tuple(range(args.seeds))
     config = ExperimentConfig(corpus=CorpusConfig(clinc_path=args.clinc), model=model, train=train, seeds=seeds,
-                              sweep=_ints(args.sweep, "--sweep"), threads=args.threads,
+                              sweep=_ints(args.sweep, "--sweep"), sweep_seeds=_ints(args.sweep_seeds, "--sweep-seeds"), threads=args.threads,
                               replacement_steps=args.replacement_steps if args.replacement_steps is not None else max(train.steps // 3, 1),
                               **({"variants": tuple(v.strip() for v in args.variants.split(",") if v.strip())} if args.variants else {}),
                               **({"eval_sequences": args.eval_sequences} if args.eval_sequences else {}))

@@ -45,6 +45,7 @@ class ExperimentConfig:
     variants: tuple[str, ...] = tuple(v.name for v in VARIANTS)
     seeds: tuple[int, ...] = (0,)
     sweep: tuple[int, ...] = ()  # E values of Table 11 (empty: no sweep)
+    sweep_seeds: tuple[int, ...] = ()  # the seeds that run the sweep (empty: every seed)
     replacement_steps: int = 100  # 0: no replacement experiment
     eval_sequences: int = 16  # held-out windows per domain
     overhead_repeats: int = 20
@@ -66,7 +67,7 @@ class ExperimentConfig:
     def seed_key(self) -> dict:
         """What a seed's results depend on (a stored seed with another key is retrained)."""
         d = asdict(self)
-        for independent in ("seeds", "threads", "overhead_repeats", "sweep"):  # the sweep's rows are added to a stored seed
+        for independent in ("seeds", "threads", "overhead_repeats", "sweep", "sweep_seeds"):  # the sweep's rows are added to a stored seed
             d.pop(independent)
         return d
 
@@ -121,13 +122,18 @@ def run_seed(out: Path, corpus: Corpus, config: ExperimentConfig, seed: int, pri
     else:
         result = train_seed(out, corpus, config, seed, print_fn) | {"config": key}
     logs = out / f"seed-{seed}" / "logs"
-    missing = [e for e in config.sweep if str(e) not in result["sweep"]]
+    sweeps = not config.sweep_seeds or seed in config.sweep_seeds
+    missing = [e for e in config.sweep if str(e) not in result["sweep"]] if sweeps else []
     for experts in missing:
         start = time.perf_counter()
         model_config = copy.copy(config.model)
         model_config.experts = experts
         for name in SWEEP_VARIANTS:
-            _, row = train_variant(corpus, config, model_config, VARIANT_NAMES[name], seed, logs / f"E{experts}" / name.replace(" ", "_"))
+            if experts == config.model.experts and name in result["variants"]:  # the main table's own row
+                row = result["variants"][name]
+            else:
+                _, row = train_variant(corpus, config, model_config, VARIANT_NAMES[name], seed,
+                                       logs / f"E{experts}" / name.replace(" ", "_"))
             result["sweep"].setdefault(str(experts), {})[name] = row
             print_fn(f"seed {seed} E={experts} {name}: held-out loss {row['measure']['loss']:.4f}")
         result.setdefault("sweep_seconds", {})[str(experts)] = time.perf_counter() - start

@@ -152,7 +152,8 @@ def render(results: dict, figures: dict[str, str]) -> str:
     ]
     if t["11"]:
         sweep_seconds = {e: [r.get("sweep_seconds", {}).get(e) for r in results["per_seed"]] for e in t["11"]}
-        lines += ["## Table 11: number of experts (Switch top-2 and SPECTRA trained for each E)", "", table_11(t), "",
+        lines += ["## Table 11: number of experts (Switch top-2 and SPECTRA trained for each E; "
+                  f"seeds {[r['seed'] for r in results['per_seed'] if r['sweep']]})", "", table_11(t), "",
                   "Wall seconds per E (per seed): " + "; ".join(f"E={e}: {', '.join('%.0f' % v for v in vs if v is not None)}"
                                                            for e, vs in sweep_seconds.items()), ""]
     lines += ["## Table 12: routing stability across checkpoints (second half of training, probe batch)", "", table_12(t), ""]

@@ -85,11 +85,12 @@ def aggregate(results: dict) -> dict:
         tables["12"][name] = {key: _stat(_values(per_seed, lambda s: stability(s["variants"][name]["routing_log"])[key]))
                               for key in ("consistency", "usage_sd", "kendall_tau")}
         tables["12"][name]["seconds_per_step"] = _stat(_values(per_seed, lambda s: s["variants"][name]["seconds_per_step"]))
-    for experts in [str(e) for e in sorted(results["config"]["sweep"])]:  # the E asked for (every seed has them)
-        tables["11"][experts] = {name: {"loss": _stat(_values(per_seed, lambda s: s["sweep"][experts][name]["measure"]["loss"])),
-                                        "expert_entropy": _stat(_values(per_seed, lambda s: s["sweep"][experts][name]["measure"]["mean"]["expert_entropy"])),
-                                        "gram_ortho": _stat(_values(per_seed, lambda s: s["sweep"][experts][name]["measure"]["mean"]["gram_ortho"]))}
-                                 for name in per_seed[0]["sweep"][experts]}
+    for experts in [str(e) for e in sorted(results["config"]["sweep"])]:  # the E asked for, over the seeds that ran them
+        swept = [s for s in per_seed if experts in s["sweep"]]
+        row = lambda s, name: s["sweep"][experts][name]["measure"]  # noqa: E731
+        tables["11"][experts] = {name: {"loss": _stat(_values(swept, lambda s: row(s, name)["loss"]))} | {
+            key: _stat(_values(swept, lambda s: row(s, name)["mean"][key])) for key in ("expert_entropy", "gram_ortho")}
+            for name in (swept[0]["sweep"][experts] if swept else {})}
     for arm in per_seed[0]["replacement"]:
         m = lambda s: s["replacement"][arm]["measure"]  # noqa: E731
         tables["replacement"][arm] = {"loss": _stat(_values(per_seed, lambda s: m(s)["loss"]))} | {
