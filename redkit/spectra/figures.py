@@ -84,9 +84,10 @@ def affinity_figure(tables: dict, path: Path) -> str:
     plt = _plt()
     names = [n for n in AFFINITY_VARIANTS if n in tables["affinity"]]
     fig, axes = plt.subplots(1, len(names), figsize=(3.4 * len(names), 2.4), squeeze=False)
+    top = max(max(max(row) for row in tables["affinity"][name][-1]) for name in names)  # one colour scale for all panels
     for ax, name in zip(axes[0], names):
         matrix = np.array(tables["affinity"][name][-1])  # (D, E) last layer
-        ax.imshow(matrix, vmin=0, vmax=max(matrix.max(), 1e-9), cmap="viridis", aspect="auto")
+        ax.imshow(matrix, vmin=0, vmax=max(top, 1e-9), cmap="viridis", aspect="auto")
         ax.set_yticks(range(len(DOMAINS)), DOMAINS)
         ax.set_xticks(range(matrix.shape[1]), [str(i) for i in range(matrix.shape[1])], fontsize=7)
         ax.set_xlabel("expert (top-1)")
