@@ -10,7 +10,7 @@ from redkit.cli.options import add_run_options, eval_option, nproc_option, route
 BENCHMARKS = group("reproduce", "benchmark", help="run a benchmark end to end and print its tables",
                    description="Run a benchmark end to end. `redkit reproduce BENCHMARK --help` lists its flags.",
                    plugins=("redkit.cli.reproduce_steps", "redkit.cli.reproduce_digits", "redkit.cli.reproduce_peers",
-                            "redkit.cli.reproduce_clinc150"))
+                            "redkit.cli.reproduce_clinc150", "redkit.cli.reproduce_spectra"))
 
 
 def _text_options(p: argparse.ArgumentParser) -> None:

@@ -33,7 +33,7 @@ from redkit.errors import RedkitError
 from redkit.pipeline import reproduce
 from redkit.run import Run, RunConfig
 from redkit.study.links import link_data, link_or_copy
-from redkit.study.stats import t_interval
+from redkit.study.stats import paired_t_p, t_interval, verdict  # noqa: F401  (verdict: re-exported)
 
 CLAIMS = (("red", "moe"), ("red", "global_full"), ("red", "uniform"), ("moe", "uniform"))
 COMPOSITIONS = ("global_10pct", "global_full", "oracle", "uniform", "moe", "red", "red_oracle", "red_uniform", "red_logits")
@@ -136,13 +136,6 @@ def mcnemar_exact(a_right: np.ndarray, b_right: np.ndarray) -> dict:
     return {"only_a": only_a, "only_b": only_b, "p": float(p)}
 
 
-def verdict(diffs: np.ndarray, p: float | None) -> str:
-    """Of the claim "A is better than B", from A − B per seed and the paired t-test's p."""
-    if p is not None and p < 0.05:
-        return "holds" if diffs.mean() > 0 else "reversed"
-    return "cannot tell"
-
-
 def seeds_study(out: Path, config: SeedsConfig, print_fn=print) -> dict:
     start = time.perf_counter()
     out = Path(out)
@@ -166,9 +159,7 @@ def seeds_study(out: Path, config: SeedsConfig, print_fn=print) -> dict:
         acc_a = np.array(per_composition[a]["accuracy"]["per_seed"])
         acc_b = np.array(per_composition[b]["accuracy"]["per_seed"])
         diffs = acc_a - acc_b
-        # Undefined (None) when the differences do not vary across seeds: then we cannot tell.
-        # (Accuracies are multiples of 1/n; a spread below 1e-9 is float rounding, not variation.)
-        p_t = float(stats.ttest_rel(acc_a, acc_b).pvalue) if np.ptp(diffs) > 1e-9 else None
+        p_t = paired_t_p(acc_a, acc_b)  # None when the differences do not vary: then we cannot tell
         mcnemar = [mcnemar_exact(pred[a] == true, pred[b] == true) for pred, true in per_seed]
         claims.append({"a": a, "b": b, "mean_difference": float(diffs.mean()), "difference": t_interval(diffs),
                        "paired_t_p": p_t, "mcnemar": mcnemar,

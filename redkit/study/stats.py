@@ -15,6 +15,21 @@ def t_interval(values, confidence: float = 0.95) -> dict:
     return {"n": int(len(x)), "mean": mean, "sd": sd, "low": mean - half, "high": mean + half}
 
 
+def paired_t_p(a, b) -> float | None:
+    """p of the paired t-test of a against b (one value per seed each); None when the differences
+    do not vary across seeds (a spread below 1e-9 is float rounding): then we cannot tell."""
+    diffs = np.asarray(a, dtype=float) - np.asarray(b, dtype=float)
+    return float(stats.ttest_rel(a, b).pvalue) if len(diffs) > 1 and np.ptp(diffs) > 1e-9 else None
+
+
+def verdict(diffs, p: float | None) -> str:
+    """Of the claim "A is better than B", from A − B per seed (positive = A better) and the paired
+    t-test's p."""
+    if p is not None and p < 0.05:
+        return "holds" if np.mean(diffs) > 0 else "reversed"
+    return "cannot tell"
+
+
 def area_under(levels, values) -> float:
     """Trapezoid area under values(levels) divided by the span of the levels: the curve's mean
     height, so that scores of noise models with different ranges read alike (1 = never hurt)."""

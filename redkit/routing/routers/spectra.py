@@ -12,7 +12,8 @@ Left out of the published description, and why: the GRU that carries routing sta
 ("consistent trajectory") and the expression projector both need a sequence of routing points
 (layers or tokens); redkit routes each example once, on a pooled feature, so there is no trajectory
 to carry. The speciality penalty and expert repulsion terms act on expert outputs during joint
-training; redkit's experts are trained alone and frozen before any router sees them.
+training; redkit's experts are trained alone and frozen before any router sees them. All of them
+exist at token level, inside Hugging Face MoE blocks: redkit.routing.token.spectra.
 """
 
 from dataclasses import dataclass
@@ -45,6 +46,14 @@ def sinkhorn(scores: torch.Tensor, iters: int) -> torch.Tensor:
     return q
 
 
+def orthogonality_penalty(vectors: torch.Tensor) -> torch.Tensor:
+    """(K, p) -> mean off-diagonal squared cosine between the K rows (0 when they are orthogonal)."""
+    e = F.normalize(vectors, dim=-1)
+    gram = e @ e.T
+    k = len(e)
+    return (gram - torch.eye(k, device=e.device, dtype=e.dtype)).pow(2).sum() / max(k * (k - 1), 1)
+
+
 def quota(balanced: torch.Tensor, selected: torch.Tensor, cap: int) -> torch.Tensor:
     """(N, k) bool: the selection kept when each expert takes its `cap` best-scoring decisions."""
     mask = torch.zeros_like(balanced, dtype=torch.bool).scatter(1, selected, True)
@@ -70,10 +79,7 @@ class SpectraRouter(RouterBase):
         return self.config.scale * z @ F.normalize(self.prototypes, dim=-1).T
 
     def orthogonality(self) -> torch.Tensor:
-        e = F.normalize(self.prototypes, dim=-1)
-        gram = e @ e.T
-        k = len(e)
-        return (gram - torch.eye(k, device=e.device)).pow(2).sum() / max(k * (k - 1), 1)
+        return orthogonality_penalty(self.prototypes)
 
     def route(self, h: torch.Tensor) -> RouterOutput:
         c = self.config
