@@ -7,7 +7,7 @@ from redkit.atomic import write_text
 from redkit.report import markdown_table
 from redkit.spectra.corpus import DOMAINS
 from redkit.spectra.figures import write_figures
-from redkit.spectra.tables import TABLE7, stability  # noqa: F401
+from redkit.spectra.tables import TABLE7
 
 
 def _ms(stat: dict, scale: float = 1.0, digits: int = 3) -> str:
