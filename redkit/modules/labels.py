@@ -60,13 +60,13 @@ class JoinedClassifier(nn.Module):
         # What a Classifier says of itself (REDModel reads dim and num_classes off it): the joined width.
         self.config = replace(classifier.config, num_classes=layout.num_classes)
 
-    def forward(self, h: torch.Tensor) -> torch.Tensor:
-        base = self.classifier(h)  # (B, C_0)
-        out = base.new_full((len(h), self.layout.num_classes), NEG_INF)
-        out[:, :base.shape[-1]] = base
+    def forward(self, h: torch.Tensor) -> torch.Tensor:  # (..., d) -> (..., C): (B, d), or (B, K, d) per expert
+        base = self.classifier(h)  # (..., C_0)
+        out = base.new_full((*base.shape[:-1], self.layout.num_classes), NEG_INF)
+        out[..., :base.shape[-1]] = base
         for domain, module in self.rows.items():
-            out[:, self.layout.rows[domain]] = module(h)
-        out[:, self.layout.masked] = NEG_INF
+            out[..., self.layout.rows[domain]] = module(h)
+        out[..., self.layout.masked] = NEG_INF
         return out
 
 
@@ -77,11 +77,11 @@ class Widened(nn.Module):
         super().__init__()
         self.module, self.layout, self.fill = module, layout, fill
 
-    def forward(self, h: torch.Tensor) -> torch.Tensor:
-        own = self.module(h)  # (B, C_i)
-        out = own.new_full((len(h), self.layout.num_classes), self.fill)
-        out[:, :own.shape[-1]] = own
-        out[:, self.layout.masked] = NEG_INF
+    def forward(self, h: torch.Tensor) -> torch.Tensor:  # (..., d) -> (..., C)
+        own = self.module(h)  # (..., C_i)
+        out = own.new_full((*own.shape[:-1], self.layout.num_classes), self.fill)
+        out[..., :own.shape[-1]] = own
+        out[..., self.layout.masked] = NEG_INF
         return out
 
     def alone_logits(self, h: torch.Tensor, classifier: nn.Module | None = None) -> torch.Tensor:
