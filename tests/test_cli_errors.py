@@ -112,7 +112,7 @@ def test_predict_unknown_composition(tiny_run, capsys):
     assert "unknown composition 'moee'" in message and "did you mean 'moe'?" in message
 
 
-@pytest.mark.parametrize("stage, hint", [("nonsense", "(known: base, experts, heads, router, gate)"),
+@pytest.mark.parametrize("stage, hint", [("nonsense", "(known: base, experts, heads, router, gate, joint, linear_probe)"),
                                          ("expert", "did you mean 'experts'?")])
 def test_train_unknown_stage(tiny_run, capsys, stage, hint):
     message = expect_error(["train", stage, "--run", tiny_run], capsys)

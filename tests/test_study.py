@@ -87,7 +87,7 @@ def study_run(tiny_run, tmp_path_factory):
 
 def test_noise_study_covers_every_routed_composition_model_and_level(study_run):
     result = json.loads((study_run / "studies" / "noise" / "results.json").read_text())
-    assert list(result["compositions"]) == ["moe", "red", "red_logits"]
+    assert list(result["compositions"]) == ["moe", "red", "red_logits", "red_within"]  # red_within: Task 1 ranges are a label structure
     for comp in result["compositions"].values():
         assert set(comp["models"]) == set(NOISE_MODELS)
         for model, m in comp["models"].items():
@@ -175,8 +175,8 @@ def test_bad_study_input_is_one_line_and_exit_code_2(study_run, capsys, argv, me
 @pytest.mark.parametrize("argv, message", [
     (["study", "nosie"], "unknown study 'nosie'; did you mean 'noise'?"),
     (["study", "seeds", "--seeds", "0"], "--seeds 0: a study of seeds needs at least 2"),
-    (["study", "seeds", "--task", "task3"], "--task task3: the seeds study replicates task1, task2 or digits"),
-    (["study", "seeds", "--task", "digits", "--n", "100"], "--n: a digits run uses every image of its source"),
+    (["study", "seeds", "--task", "task3"], "--task task3: the seeds study replicates task1, task2, digits, clinc150"),
+    (["study", "seeds", "--task", "digits", "--n", "100"], "--n: a digits run uses every example of its source"),
     (["reproduce", "task1", "--experts", "1"], "--experts 1: the number of experts must be between 2 and 99"),
     (["report", "--run", "nowhere"], "nowhere: no report.md and no studies/"),
 ])

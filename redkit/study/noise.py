@@ -21,7 +21,8 @@ import torch
 from torch.nn import functional as F
 from tqdm.auto import tqdm
 
-from redkit.compositions import MIXTURES, ROUTED, AlphaNoise, ModuleSet, one_hot_alpha, router_logits, uniform_alpha
+from redkit.compositions import (MIXTURES, NEEDS_LABEL_DOMAINS, ROUTED, AlphaNoise, ModuleSet, one_hot_alpha, router_logits,
+                                 uniform_alpha)
 from redkit.errors import RedkitError
 from redkit.modules.store import module_exists
 from redkit.steps.run import StepsRun
@@ -60,7 +61,10 @@ def _has_modules(modules: ModuleSet, name: str) -> bool:
     """Whether the run has what routed composition `name` needs (a digits run trained with
     `--run red` has no heads and no gate, so no moe)."""
     routed, run = ROUTED[name], modules.run
-    parts = {"heads": ("heads",), "residual": ("experts", "residual"), "logit": ("experts", "logit")}[routed.mixture]
+    if name in NEEDS_LABEL_DOMAINS and not run.space.class_domains:  # labels shared among domains: no red_within
+        return False
+    parts = {"heads": ("heads",), "residual": ("experts", "residual"), "logit": ("experts", "logit"),
+             "within": ("experts", "residual")}[routed.mixture]
     return module_exists(run.module_dir(routed.router)) and all(
         module_exists(run.module_dir(*parts, domain)) for domain in run.space.domains)
 

@@ -124,9 +124,13 @@ def predictions(run, names: tuple[str, ...], split: str) -> tuple[dict[str, np.n
 
     h, classes, domains = run.split_tensors(split)
     modules = ModuleSet(run)
-    texts = [ex.question for ex in run.splits[split]]
-    return {name: (REFERENCES[name].probs(run, split, texts) if name in REFERENCES else compose(name, modules, h, domains).probs)
-            .argmax(dim=-1).cpu().numpy() for name in names}, classes.numpy()
+
+    def probs(name: str):
+        if name in REFERENCES:  # a reference has its own features, of the split's texts
+            return REFERENCES[name].probs(run, split, [ex.question for ex in run.splits[split]])
+        return compose(name, modules, h, domains).probs
+
+    return {name: probs(name).argmax(dim=-1).cpu().numpy() for name in names}, classes.numpy()
 
 
 def mcnemar_exact(a_right: np.ndarray, b_right: np.ndarray) -> dict:
