@@ -19,7 +19,7 @@ def _ints(text: str, flag: str) -> tuple[int, ...]:
 def _spectra_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", type=Path, default=Path("runs/spectra"))
     p.add_argument("--experts", type=int, default=8, help="E experts per MoE layer (default 8; top-2)")
-    p.add_argument("--steps", type=int, default=None, help="training steps per variant (default 150)")
+    p.add_argument("--steps", type=int, default=None, help="training steps per variant (default 200)")
     p.add_argument("--seeds", type=int, default=1, help="seeds 0..N-1 (at least 3 for the verdicts; default 1)")
     p.add_argument("--seed-list", default="", help="exactly these seeds, e.g. 2 (run seeds in parallel processes into one --out)")
     p.add_argument("--variants", default="", help="comma-separated variant names (default: all; see redkit.spectra.model)")
@@ -29,7 +29,7 @@ def _spectra_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--measure-every", type=int, default=None, help="steps between two routing measurements of the probe (default 10)")
     p.add_argument("--eval-sequences", type=int, default=None, help="held-out windows per domain (default 16)")
     p.add_argument("--clinc", default="", help="CLINC150 data_full.json (default ../shared/external/clinc150/)")
-    p.add_argument("--threads", type=int, default=1, help="torch CPU threads (default 1: fastest on a shared 2-core machine)")
+    p.add_argument("--threads", type=int, default=0, help="torch CPU threads (default 0: every core; 1 when seeds run in parallel processes)")
 
 
 def spectra_config(args):

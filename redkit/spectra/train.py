@@ -26,7 +26,7 @@ from redkit.spectra.model import uses_model_balance_loss
 
 @dataclass
 class TrainConfig:
-    steps: int = 150
+    steps: int = 200
     batch: int = 12  # sequences per step, a third per domain
     lr: float = 3e-3
     warmup: int = 20
