@@ -181,7 +181,7 @@ def test_an_altered_expert_file_is_refused(world, tmp_path, capsys):
 def test_study_lifecycle_removes_and_adds_back_a_domain(world, tmp_path, capsys):
     """The study's path: RUN - travel (its labels masked), then travel added back with label rows for them."""
     run = Path(shutil.copytree(world["run"], tmp_path / "run"))
-    code, printed, _ = run_cli(["study", "lifecycle", "--run", run, "--domain", "travel", "--joint-retrains", "0"], capsys)
+    code, printed, _ = run_cli(["study", "lifecycle", "--run", run, "--domain", "travel", "--joint-retrains", "1"], capsys)
     assert code == 0
     study = run / "studies" / "lifecycle"
     result = json.loads((study / "results.json").read_text())
@@ -192,3 +192,23 @@ def test_study_lifecycle_removes_and_adds_back_a_domain(world, tmp_path, capsys)
     assert back["added_domains"] == []  # stage base did see travel: it was in the run when it was fitted
     assert add["after"]["red"]["domain"] > 0.5 and (study / "figures" / "add_vs_retrain.png").stat().st_size > 10_000
     assert "## Add: each domain added to the others" in printed and "What each compared system saw" in printed
+    joint = remove["joint_retrained"]  # trained on the 3 remaining domains, into the derived run's own joint modules
+    assert joint["seconds"] > 0 and set(joint["by_domain"]) == {"banking", "cooking", "health"}
+    assert (study / "runs" / "without-travel" / "modules" / "joint" / "classifier" / "model.safetensors").is_file()
+    assert "mean of this study's 1 joint retrain(s)" in printed
+    seconds = result["study_seconds"]
+    assert seconds["adds_and_removes"] + seconds["joint_retrains_and_fresh_parents"] == pytest.approx(seconds["total"])
+
+
+def test_a_derived_run_trains_its_own_joint_even_at_base_fraction_one():
+    """At base fraction 1.0 stage base is the joint model, but not after a domain was added or removed:
+    the base then saw another train set, and reading it as joint would leak the removed domain."""
+    from types import SimpleNamespace
+
+    from redkit.references.joint import base_is_joint
+
+    def run(**config):
+        return SimpleNamespace(config=SimpleNamespace(**({"base_fraction": 1.0, "added_domains": (), "removed_domains": ()} | config)))
+
+    assert base_is_joint(run()) and not base_is_joint(run(base_fraction=0.5))
+    assert not base_is_joint(run(removed_domains=("travel",))) and not base_is_joint(run(added_domains=("tech",)))

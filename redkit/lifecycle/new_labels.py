@@ -34,17 +34,6 @@ from redkit.train.loop import Checkpoint, fit
 from redkit.train.stages import _domain_rows, _meta, timed
 
 
-class RowsAndExpert(nn.Module):
-    """Δh_a and R_a trained together (the only parameters that learn); C frozen inside `joined`."""
-
-    def __init__(self, expert: nn.Module, joined: JoinedClassifier, domain: str):
-        super().__init__()
-        self.expert, self.joined, self.domain = expert, joined, domain
-
-    def forward(self, h: torch.Tensor) -> torch.Tensor:  # (B, d) -> (B, C) logits over every label
-        return self.joined(h + self.expert(h))
-
-
 def train_label_rows(run, domain: int) -> dict:
     """Train domain `domain`'s residual expert and label rows (its labels: `run.config.label_rows`),
     alone on its own data, and save both; skipped when both exist. The expert's seed is the one
@@ -64,14 +53,18 @@ def train_label_rows(run, domain: int) -> dict:
         rows = LabelRows(LabelRows.Config(dim=dim, num_classes=len(labels), labels=labels))
         others = {d: load_module(run.module_dir("label_rows", d), run.fingerprint, dim)[0].requires_grad_(False)
                   for d in layout.rows if d != name}  # earlier added domains' rows: frozen, like C
-        model = RowsAndExpert(expert, JoinedClassifier(classifier, others | {name: rows}, layout), name).to(run.device)
+        joined = JoinedClassifier(classifier, others | {name: rows}, layout)
+        # Δh_a and R_a learn (C and earlier rows frozen); the loss is stage experts' own: the expert
+        # alone through the classifier, here the joined one, C(h + Δh_a) ; R_a(h + Δh_a)  (B, C)
+        model = nn.ModuleDict({"expert": expert, "classifier": joined}).to(run.device)
+        logits = lambda x: expert.alone_logits(x, joined)  # noqa: E731
         h, y, d = run.split_tensors("train")
         vh, vy, vd = run.split_tensors("val")
         tr, va = _domain_rows(d, domain), _domain_rows(vd, domain)
         train, val = (h[tr].to(run.device), y[tr].to(run.device)), (vh[va].to(run.device), vy[va].to(run.device))
         with one_thread():  # small modules: thread hand-offs cost more than their arithmetic (as stage experts)
-            result = fit(model, lambda idx: F.cross_entropy(model(train[0][idx]), train[1][idx]), len(train[0]),
-                         lambda: F.cross_entropy(model(val[0]), val[1]).item(), run.config.train_config("experts"),
+            result = fit(model, lambda idx: F.cross_entropy(logits(train[0][idx]), train[1][idx]), len(train[0]),
+                         lambda: F.cross_entropy(logits(val[0]), val[1]).item(), run.config.train_config("experts"),
                          seed=run.config.seed + domain, checkpoint_dir=rows_dir, desc=f"label rows {name}", log=run.log)
         model.cpu()
         save_module(expert_dir, expert, _meta(run, expert, "residual", domain, result))

@@ -25,6 +25,7 @@ features reused or encoded, modules trained).
 """
 
 import json
+import os
 import shutil
 import time
 
@@ -115,6 +116,8 @@ def lifecycle_study(run_dir: Path, config: LifecycleStudyConfig, print_fn=print)
     if reference["base_seconds"]:  # joint is stage base's recipe on all of train: an estimate, labelled as one
         reference["estimated_joint_seconds"] = reference["base_seconds"] / full.config.base_fraction
     adds, removes = [], []
+    started, extra = time.perf_counter(), 0.0  # extra: seconds of joint retrains and fresh parents (outside the 20 variants)
+    load = {"start": os.getloadavg()[0]}  # the machine's 1-minute load: how alone the timings were
     for index, d in enumerate(domains):
         others = [o for o in full.space.domains if o != d]
         start = time.perf_counter()
@@ -126,6 +129,7 @@ def lifecycle_study(run_dir: Path, config: LifecycleStudyConfig, print_fn=print)
                "full": _scores(full_results, config.split, names, others[0], others[1:])}
         if index < config.joint_retrains:
             row["joint_retrained"] = retrain_joint(without, config.split)
+            extra += row["joint_retrained"]["seconds_with_evaluation"]
         removes.append(row)
         added = add_domain(without.dir, data_dir=_write_domain_data(full, d, work / "data" / d), out=work / f"readded-{d}",
                            print_fn=_quiet)
@@ -136,10 +140,16 @@ def lifecycle_study(run_dir: Path, config: LifecycleStudyConfig, print_fn=print)
                      "parent": _scores(removed, config.split, names, others[0], others[1:]),
                      "full": _scores(full_results, config.split, names, d, others)})
         if index < config.fresh_parents:
+            fresh_start = time.perf_counter()
             adds[-1]["fresh"] = fresh_parent_add(full, d, work, config.split, names, others)
+            extra += time.perf_counter() - fresh_start
         print_fn(f"[lifecycle] {d}: removed in {row['seconds']:.1f} s, added back in {adds[-1]['seconds']:.1f} s "
                  f"(both {time.perf_counter() - start:.1f} s with evaluation)")
+        load["end"] = os.getloadavg()[0]
+        total = time.perf_counter() - started
         result = {"config": asdict(config), "compositions": names, "domains": domains[:index + 1], "reference": reference,
+                  "study_seconds": {"total": total, "adds_and_removes": total - extra, "joint_retrains_and_fresh_parents": extra},
+                  "load_average": load, "cpus": os.cpu_count(),
                   "full_results": {n: {"overall": full_results["splits"][config.split][n]["accuracy"]} for n in names},
                   "add": adds, "remove": removes}
         write_json(work.parent / "partial.json", result)  # what is done so far, should the study be stopped
@@ -185,7 +195,7 @@ def retrain_joint(run, split: str) -> dict:
     composed = Composed(REFERENCES["joint"].probs(run, split, [ex.question for ex in examples]), None)
     labels = torch.tensor([run.domain_label(ex) for ex in examples])
     scores = score_composed(composed, run.classes(examples), labels, run.space, run.metrics, run.groups(examples))
-    return {"seconds": seconds, "overall": scores["accuracy"],
+    return {"seconds": seconds, "seconds_with_evaluation": time.perf_counter() - start, "overall": scores["accuracy"],
             "by_domain": {d: s["accuracy"] for d, s in scores.get("by_domain", {}).items()}}
 
 

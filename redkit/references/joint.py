@@ -3,7 +3,9 @@
 It is stage base's recipe (redkit.train.stages.tune_top) on 100 % of train instead of the base
 subset, from the untuned backbone, into modules/joint/{backbone_top,classifier}. With
 `base_fraction` 1.0 the two are the same training, so the base's own modules *are* the joint model:
-nothing is trained twice and the reference reads the base's (its time is the base's).
+nothing is trained twice and the reference reads the base's (its time is the base's), except in a
+run derived by the life cycle (a domain added or removed): its stage base was trained on the
+parent's data, so joint there is a training of its own (`redkit study lifecycle` retrains it).
 """
 
 from functools import lru_cache
@@ -19,7 +21,9 @@ from redkit.train.stages import STAGES, timed, tune_top
 
 
 def base_is_joint(run) -> bool:
-    return run.config.base_fraction >= 1.0
+    """Stage base saw all of this run's train: base_fraction 1.0 and no domain added or removed since."""
+    derived = getattr(run.config, "added_domains", ()) or getattr(run.config, "removed_domains", ())
+    return run.config.base_fraction >= 1.0 and not derived
 
 
 def _dirs(run):
