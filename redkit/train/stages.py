@@ -309,14 +309,24 @@ def stage_gate(run: StageRun) -> dict:
         torch.manual_seed(run.config.seed * 1000 + 400)
         gate = make_router(run, "gate")
 
-        def mixture_nll(g: RouterBase, x: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
-            """-log Σ_i w_i softmax(E_i(x))_t, plus the gate's auxiliary loss (0 for dense)."""
-            log_p = torch.stack([F.log_softmax(head(x), dim=-1) for head in heads], dim=1)  # (B, K, C)
+        @torch.no_grad()
+        def target_log_probs(x: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
+            """(N, d), (N,) -> (N, K) log softmax(E_i(x))_t: the heads are frozen, so each example's
+            term is computed once, not every epoch; only the target's column enters the loss."""
+            x, t = x.to(run.device), t.to(run.device)
+            chunks = [torch.stack([F.log_softmax(head(x[i:i + 4096]), dim=-1).gather(1, t[i:i + 4096, None]).squeeze(1)
+                                   for head in heads], dim=1) for i in range(0, len(x), 4096)]
+            return torch.cat(chunks) if chunks else x.new_zeros(0, len(heads))
+
+        def mixture_nll(g: RouterBase, x: torch.Tensor, log_p_t: torch.Tensor) -> torch.Tensor:
+            """-log Σ_i w_i softmax(E_i(x))_t, plus the gate's auxiliary loss (0 for dense). A head
+            that cannot output t (a later domain's label, a masked one) has log p = -inf there: the
+            log-sum-exp over the K heads stays finite, as its gradient, while one head can."""
             out = g.route(x)
             log_w = g.log_weights(out)  # (B, K): dense log_softmax; a sparse router's unselected ~ -28
-            return F.nll_loss(torch.logsumexp(log_w.unsqueeze(-1) + log_p, dim=1), t) + out.aux_loss
+            return -torch.logsumexp(log_w + log_p_t, dim=1).mean() + out.aux_loss
 
-        return _fit_router(run, "gate", gate, mixture_nll, (h, y), (vh, vy), 400)
+        return _fit_router(run, "gate", gate, mixture_nll, (h, target_log_probs(h, y)), (vh, target_log_probs(vh, vy)), 400)
 
     return timed(run, "gate", work)
 
