@@ -107,7 +107,7 @@ def lifecycle_report(directory: Path, result: dict) -> str:
              "optimistic side of a truly new domain (features partly tuned with d); `--fresh-parents N` adds the control.",
              "- **RED on all** is RUN itself (every stage on all domains).",
              "- **joint on all** is RUN's own joint module (top layers + classifier fine-tuned on all of train)"
-             + ("." if ref.get("joint_seconds") else "; this run has none, so no joint comparison."),
+             + ("." if "joint" in names else "; this run has none, so no joint comparison."),
              f"- **joint on 9** is retrained (stage base's recipe from the untuned backbone on the 9 domains' train, early-stopped "
              f"on their val) for the first {result['config']['joint_retrains']} domain(s) only (each costs a fine-tuning).", "",
              "Seconds: wall time of the command minus its evaluation"
