@@ -32,13 +32,17 @@ def evaluate_examples(run: Run, modules: ModuleSet, name: str, examples: list, n
     results = evaluate_compositions(modules, h, classes, labels, names, metrics=run.metrics, groups=groups,
                                     domain_accuracy=bool(run.space.labels))
     if run.config.references and run.bundle is None:  # a bundle carries RED's modules, not the references
-        from redkit.references import REFERENCES
-
-        texts = [ex.question for ex in examples]
         for reference in run.config.references:
-            composed = Composed(REFERENCES[reference].probs(run, name, texts), None)
-            results[reference] = score_composed(composed, classes, labels, run.space, run.metrics, groups)
+            results[reference] = score_reference(run, reference, name, examples, labels)
     return results
+
+
+def score_reference(run: Run, reference: str, name: str, examples: list, labels: torch.Tensor) -> dict:
+    """A reference's (joint, linear_probe) metrics on `examples`, whose features are cached under `name`."""
+    from redkit.references import REFERENCES
+
+    composed = Composed(REFERENCES[reference].probs(run, name, [ex.question for ex in examples]), None)
+    return score_composed(composed, run.classes(examples), labels, run.space, run.metrics, run.groups(examples))
 
 
 def evaluate_run(run: Run, eval_files: tuple[Path, ...] = ()) -> dict:

@@ -29,6 +29,7 @@ from redkit.errors import RedkitError
 from redkit.fitting.data import FitData, load_fit_data
 from redkit.fitting.run import FitRun
 from redkit.jsonfile import read_json
+from redkit.lifecycle.derive import domain_parts
 from redkit.lifecycle.grow import grown_config, train_new_domains
 from redkit.open_run import open_run
 from redkit.steps.plugin import copy_modules
@@ -66,8 +67,7 @@ def train_expert(bundle_dir: Path, data_dir: Path, out: Path, print_fn=print) ->
             "labels": list(bundle.space.labels), "domains": list(bundle.space.domains), "modules": host_digests(bundle),
             "bundle": str(Path(bundle_dir).resolve())}
     train_new_domains(run, new.domains, print_fn)
-    own = [p for d in new.domains for p in (("experts", "residual", d), ("experts", "logit", d), ("heads", d),
-                                             *([("label_rows", d)] if d in config.label_rows else []))]
+    own = [p for d in new.domains for p in domain_parts(run, d)]
     files = {str(Path("modules", *p, name)): file_entry(run.module_dir(*p) / name) for p in own for name in ("config.json", "model.safetensors")}
     files |= {str(Path("data", f.name)): file_entry(f) for f in sorted((out / "data").glob("*.json*"))}
     description = {"format": FORMAT, "domains": list(new.domains), "label_rows": {d: list(config.label_rows[d]) for d in new.domains

@@ -183,18 +183,14 @@ def fresh_parent_add(full, domain: str, work: Path, split: str, names: list[str]
 def retrain_joint(run, split: str) -> dict:
     """`joint` fine-tuned again on `run`'s data (the remaining domains): its seconds, and its
     accuracy on `split` overall and by domain."""
-    from redkit.compositions import Composed
-    from redkit.evaluate import score_composed
-    from redkit.references import REFERENCES
+    from redkit.pipeline import score_reference
     from redkit.train.stages import STAGES
 
     start = time.perf_counter()
     STAGES["joint"](run)
     seconds = time.perf_counter() - start
     examples = run.splits[split]
-    composed = Composed(REFERENCES["joint"].probs(run, split, [ex.question for ex in examples]), None)
-    labels = torch.tensor([run.domain_label(ex) for ex in examples])
-    scores = score_composed(composed, run.classes(examples), labels, run.space, run.metrics, run.groups(examples))
+    scores = score_reference(run, "joint", split, examples, torch.tensor([run.domain_label(ex) for ex in examples]))
     return {"seconds": seconds, "seconds_with_evaluation": time.perf_counter() - start, "overall": scores["accuracy"],
             "by_domain": {d: s["accuracy"] for d, s in scores.get("by_domain", {}).items()}}
 
