@@ -201,9 +201,26 @@ def test_study_lifecycle_removes_and_adds_back_a_domain(world, tmp_path, capsys)
     joint = remove["joint_retrained"]  # trained on the 3 remaining domains, into the derived run's own joint modules
     assert joint["seconds"] > 0 and set(joint["by_domain"]) == {"banking", "cooking", "health"}
     assert (study / "runs" / "without-travel" / "modules" / "joint" / "classifier" / "model.safetensors").is_file()
-    assert "mean of this study's 1 joint retrain(s)" in printed
+    joint_all = add["joint_retrained"]  # on all 4 domains: what the add's seconds are compared with
+    assert joint_all["seconds"] > 0 and set(joint_all["by_domain"]) == {"banking", "cooking", "health", "travel"}
+    assert "mean of this study's 1 joint retrain(s) on all domains" in printed
     seconds = result["study_seconds"]
     assert seconds["adds_and_removes"] + seconds["joint_retrains_and_fresh_parents"] == pytest.approx(seconds["total"])
+
+
+def test_a_derived_run_encodes_only_what_training_reads_before_it_trains(world, tmp_path):
+    """An add times its training, not its evaluation: the new domain's test texts are encoded when the
+    run is evaluated (finish), so before training only train and val have features."""
+    from redkit.features import features_path
+    from redkit.lifecycle.derive import TRAINING_SETS, _texts, open_fit_run, reuse_features
+
+    child = open_fit_run(Path(shutil.copytree(world["added"], tmp_path / "added")), "test")
+    shutil.rmtree(child.cache_dir)
+    reuse_features(child, open_fit_run(world["run"], "test"), TRAINING_SETS)
+    sets = _texts(child)
+    assert "test" in sets and set(TRAINING_SETS) <= set(sets)
+    for name, texts in sets.items():
+        assert features_path(child.cache_dir, child.backbone, texts, name).is_file() == (name in TRAINING_SETS), name
 
 
 def test_a_derived_run_trains_its_own_joint_even_at_base_fraction_one():

@@ -97,6 +97,8 @@ def _lifecycle_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--domain", action="append", default=None, help="a domain to remove and add back (default: every one)")
     p.add_argument("--split", default="test")
     p.add_argument("--joint-retrains", type=int, default=1, help="9-domain joint retrains, for the first N domains (default 1)")
+    p.add_argument("--joint-all-retrains", type=int, default=1,
+                   help="joint retrained on all domains, for the first N adds: what an add's seconds are compared with (default 1)")
     p.add_argument("--fresh-parents", type=int, default=0,
                    help="for the first N domains, also fit RED on the others from scratch (own stage base) and add the domain to it")
 
@@ -106,4 +108,5 @@ def lifecycle(args) -> None:
     from redkit.lifecycle.study import LifecycleStudyConfig, run_lifecycle_study
 
     run_lifecycle_study(args.run, LifecycleStudyConfig(domains=tuple(args.domain or ()), split=args.split,
-                                                       joint_retrains=args.joint_retrains, fresh_parents=args.fresh_parents))
+                                                       joint_retrains=args.joint_retrains, joint_all_retrains=args.joint_all_retrains,
+                                                       fresh_parents=args.fresh_parents))

@@ -39,10 +39,13 @@ def figure(path: Path, result: dict, name: str) -> str:
     ref, full = result["reference"], result["full_results"]
     if name in full:
         ax.scatter([ref["red_fit_seconds"]], [100 * full[name]["overall"]], color="C1", marker="s", label=f"{name}: fitted on all domains")
-    if ref.get("joint_seconds") and "joint" in full:
-        ax.scatter([ref["joint_seconds"]], [100 * full["joint"]["overall"]], color="C2", marker="^", label="joint retrained on all domains")
+    on_all = [(r["joint_retrained"]["seconds"], r["joint_retrained"]["overall"]) for r in result["add"] if r.get("joint_retrained")]
+    if not on_all and ref.get("joint_seconds") and "joint" in full:
+        on_all = [(ref["joint_seconds"], full["joint"]["overall"])]
+    if on_all:
+        ax.scatter([s for s, _ in on_all], [100 * a for _, a in on_all], color="C2", marker="^", label="joint retrained on all domains")
     retrains = [(r["joint_retrained"]["seconds"], r["joint_retrained"]["overall"]) for r in result["remove"] if r.get("joint_retrained")]
-    if ref.get("estimated_joint_seconds") and not ref.get("joint_seconds") and not retrains and "red" in full:
+    if ref.get("estimated_joint_seconds") and not on_all and not retrains and "red" in full:
         ax.axvline(ref["estimated_joint_seconds"], color="C2", linestyle="--", linewidth=1,
                    label="joint retrain, estimated from stage base (not measured)")
     if retrains:
@@ -61,13 +64,18 @@ def figure(path: Path, result: dict, name: str) -> str:
     return save_figure(fig, path)
 
 
+def _retrains(rows: list[dict]) -> list[float]:
+    return [r["joint_retrained"]["seconds"] for r in rows if r.get("joint_retrained")]
+
+
 def joint_seconds(result: dict) -> tuple[float | None, str]:
-    """The seconds of retraining joint, and how they were obtained: the mean of this study's own
-    9-domain retrains (same machine, same load), else the run's joint stage, else an estimate."""
+    """The seconds of retraining joint, and how they were obtained: this study's own retrains on all
+    domains (what an add replaces; same machine, same load), else on 9 domains, else the run's
+    joint stage, else an estimate."""
     ref = result["reference"]
-    retrains = [r["joint_retrained"]["seconds"] for r in result["remove"] if r.get("joint_retrained")]
-    if retrains:
-        return sum(retrains) / len(retrains), f"measured: mean of this study's {len(retrains)} joint retrain(s) on 9 domains"
+    for rows, on in ((result["add"], "all domains"), (result["remove"], "9 domains")):
+        if retrains := _retrains(rows):
+            return sum(retrains) / len(retrains), f"measured: mean of this study's {len(retrains)} joint retrain(s) on {on}"
     if ref.get("joint_seconds"):
         return ref["joint_seconds"], "measured: the run's own joint stage"
     if ref.get("estimated_joint_seconds"):
@@ -107,7 +115,9 @@ def lifecycle_report(directory: Path, result: dict) -> str:
              "optimistic side of a truly new domain (features partly tuned with d); `--fresh-parents N` adds the control.",
              "- **RED on all** is RUN itself (every stage on all domains).",
              "- **joint on all** is RUN's own joint module (top layers + classifier fine-tuned on all of train)"
-             + ("." if "joint" in names else "; this run has none, so no joint comparison."),
+             + ("." if "joint" in names else "; this run has none, so no joint comparison.")
+             + f" It is also retrained here on the data of the first {result['config'].get('joint_all_retrains', 0)} added "
+             "run(s) (RUN's data): the seconds an add is compared with.",
              f"- **joint on 9** is retrained (stage base's recipe from the untuned backbone on the 9 domains' train, early-stopped "
              f"on their val) for the first {result['config']['joint_retrains']} domain(s) only (each costs a fine-tuning).", "",
              "Seconds: wall time of the command minus its evaluation"
@@ -133,6 +143,11 @@ def lifecycle_report(directory: Path, result: dict) -> str:
               markdown_table(["domain", "s to add", "of which", "label rows", "on d: added", "on d: RED all", "on d: joint all",
                               "other 9: before add", "other 9: after", "Δ other 9", "overall: added", "overall: RED all",
                               "Δ vs RED all", "overall: joint all", "copies identical"], rows), ""]
+    for r in result["add"]:
+        if joint := r.get("joint_retrained"):
+            lines += [f"joint retrained on all domains (the data of `RUN − {r['domain']} + {r['domain']}`, i.e. RUN's): "
+                      f"{joint['seconds']:.0f} s, overall {_p(joint['overall'])} % (RUN's own joint: "
+                      f"{_p(r['full'].get('joint', {}).get('overall'))} %).", ""]
     # ---- the honest control: a parent whose stage base never saw d
     fresh = [r for r in result["add"] if r.get("fresh")]
     if fresh:
