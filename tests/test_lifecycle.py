@@ -12,6 +12,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+import torch
 
 from conftest import run_cli
 from redkit.fitting.topics import topic_records, write_topics
@@ -221,6 +222,20 @@ def test_a_derived_run_encodes_only_what_training_reads_before_it_trains(world, 
     assert "test" in sets and set(TRAINING_SETS) <= set(sets)
     for name, texts in sets.items():
         assert features_path(child.cache_dir, child.backbone, texts, name).is_file() == (name in TRAINING_SETS), name
+
+
+def test_a_new_domains_texts_are_encoded_in_their_own_order(world, tmp_path, monkeypatch):
+    """As train-expert encodes them (a run holding only the new domain): the batches, hence the padding
+    and the last bits of the features, are the same, so an expert trained elsewhere is bit-identical."""
+    import redkit.lifecycle.derive as derive
+
+    calls = []
+    monkeypatch.setattr(derive, "encode", lambda backbone, texts, **kw: calls.append(list(texts)) or torch.zeros(len(texts), 384))
+    child = derive.open_fit_run(Path(shutil.copytree(world["added"], tmp_path / "added")), "test")
+    shutil.rmtree(child.cache_dir)
+    derive.reuse_features(child, derive.open_fit_run(world["run"], "test"), ("train",))
+    new = [r.question for r in child.splits["train"] if r.domain == "tech"]
+    assert calls == [list(dict.fromkeys(new))] and calls[0] != sorted(calls[0])
 
 
 def test_a_derived_run_trains_its_own_joint_even_at_base_fraction_one():

@@ -95,7 +95,9 @@ def reuse_features(run: FitRun, donor: FitRun, names: tuple[str, ...] | None = N
         path = features_path(run.cache_dir, run.backbone, texts, name)
         if path.is_file():
             continue
-        missing = sorted({t for t in texts if t not in known})
+        # In the set's own order, as `cached_features` encodes a run holding only these texts: the
+        # batches, hence the padding and the last bits of each feature, are the ones train-expert gets.
+        missing = list(dict.fromkeys(t for t in texts if t not in known))
         if missing:
             known.update(zip(missing, encode(run.backbone, missing, desc=f"encode new {name}")))
         store_features(path, torch.stack([known[t] for t in texts]) if texts else torch.empty(0, run.feature_dim))
