@@ -238,6 +238,22 @@ def test_a_new_domains_texts_are_encoded_in_their_own_order(world, tmp_path, mon
     assert calls == [list(dict.fromkeys(new))] and calls[0] != sorted(calls[0])
 
 
+def test_training_the_two_chains_at_once_gives_the_same_weights_as_one_after_the_other(world, tmp_path, monkeypatch, capsys):
+    """add-domain trains RED's chain (label rows, experts, router) and the baselines' (head, gate) in two
+    forked processes where that helps: every module bit-identical to training them in one process."""
+    from redkit.train import parallel
+
+    out = {}
+    for forked in (True, False):
+        monkeypatch.setattr(parallel, "forks_help", lambda run, forked=forked: forked)
+        out[forked] = tmp_path / f"forked-{forked}"
+        assert run_cli(["add-domain", "--run", world["run"], "--data", world["tech"], "--out", out[forked]], capsys)[0] == 0
+    weights = {forked: {p.relative_to(d): _sha(p) for p in sorted((d / "modules").rglob("model.safetensors"))} for forked, d in out.items()}
+    assert weights[True] == weights[False] and len(weights[True]) > 10
+    timings = {forked: json.loads((d / "timings.json").read_text()) for forked, d in out.items()}
+    assert set(timings[True]) == set(timings[False]) >= {"experts", "heads", "router", "gate", "evaluate"}
+
+
 def test_a_derived_run_trains_its_own_joint_even_at_base_fraction_one():
     """At base fraction 1.0 stage base is the joint model, but not after a domain was added or removed:
     the base then saw another train set, and reading it as joint would leak the removed domain."""

@@ -21,7 +21,7 @@ from redkit.errors import RedkitError
 from redkit.fitting.data import load_fit_data
 from redkit.lifecycle.derive import check_parts, derive, domain_parts, finish, open_fit_run, retrain_routing, shared_parts
 from redkit.lifecycle.expert import read_expert
-from redkit.lifecycle.grow import grown_config, train_new_domains
+from redkit.lifecycle.grow import grown_config, new_domain_steps
 from redkit.steps.plugin import copy_modules
 
 
@@ -46,11 +46,12 @@ def add_domain(parent_dir: Path, data_dir: Path | None = None, out: Path | None 
               if name in parent.splits or name in new.splits}
     notes = [f"domains {', '.join(new.domains)} added from {data_dir}"] + [f"{', '.join(new.domains)}: {n}" for n in new.notes]
     run, _, digests = derive(parent, out, config, splits, notes, parts)
+    red, moe = [], []
     if expert_dir is not None:
         digests |= copy_modules(expert.run, run, [p for d in new.domains for p in domain_parts(expert.run, d)])
     else:
-        train_new_domains(run, new.domains, print_fn)
-    retrain_routing(run, print_fn)
+        red, moe = new_domain_steps(run, new.domains)
+    retrain_routing(run, print_fn, red, moe)
     new_labels = {d: list(config.label_rows[d]) for d in new.domains if d in config.label_rows}
     where = f"elsewhere, from a bundle (expert directory {expert_dir})" if expert_dir else "here"
     statement = [f"Trained {where}, each alone on its own domain's data through the frozen classifier: the experts "

@@ -27,7 +27,8 @@ from redkit.open_run import open_run
 from redkit.pipeline import evaluate_run
 from redkit.report import markdown_table
 from redkit.steps.plugin import copy_modules, modules_unchanged
-from redkit.train.stages import EXPERT_KINDS, STAGES
+from redkit.train.parallel import Step, run_chains, stage_step
+from redkit.train.stages import EXPERT_KINDS
 
 COMPARED = ("red", "red_within", "red_oracle", "moe", "global_full", "global_10pct")  # in the before/after table, where present
 TRAINING_SETS = ("train", "val")  # what the retrained modules read; the rest only evaluation reads
@@ -103,12 +104,12 @@ def reuse_features(run: FitRun, donor: FitRun, names: tuple[str, ...] | None = N
         store_features(path, torch.stack([known[t] for t in texts]) if texts else torch.empty(0, run.feature_dim))
 
 
-def retrain_routing(run: FitRun, print_fn=print) -> None:
+def retrain_routing(run: FitRun, print_fn=print, red: list[Step] = (), moe: list[Step] = ()) -> None:
     """Router and gate over the run's domains: the only modules that see every domain (a
-    training-free router kind is rebuilt from the data instead)."""
-    for stage in ("router", "gate"):
-        outcome = STAGES[stage](run)
-        print_fn(f"[{stage}] {outcome if len(str(outcome)) < 200 else str(outcome)[:200] + ' ...'}")
+    training-free router kind is rebuilt from the data instead). The router ends RED's chain of
+    steps (`red`: a new domain's experts), the gate the baselines' (`moe`: its head, which the
+    gate mixes); the two chains run at once (redkit/train/parallel.py)."""
+    run_chains(run, [[*red, stage_step(run, "router")], [*moe, stage_step(run, "gate")]], print_fn)
 
 
 def finish(run: FitRun, parent: FitRun, digests: dict[str, str], change: dict, wall: float, print_fn=print) -> dict:

@@ -10,7 +10,7 @@ from pathlib import Path
 from redkit.errors import RedkitError
 from redkit.fitting.data import FitData
 from redkit.lifecycle.new_labels import train_label_rows
-from redkit.train.stages import STAGES
+from redkit.train.parallel import Step, run_chains, stage_step
 
 
 def new_label_owners(new: FitData, config) -> dict[str, tuple[str, ...]]:
@@ -56,13 +56,15 @@ def grown_label_domains(config, new: FitData, owners: dict[str, tuple[str, ...]]
     return tuple(domains[label] for label in new.labels)
 
 
-def train_new_domains(run, names: tuple[str, ...], print_fn=print) -> None:
-    """Each new domain's residual expert (with its label rows, if it brought new labels), logit
-    expert and head, each trained alone on that domain's data through the frozen (joined) classifier."""
+def new_domain_steps(run, names: tuple[str, ...]) -> tuple[list[Step], list[Step]]:
+    """The new domains' own modules, each trained alone on its domain's data through the frozen
+    (joined) classifier, as two independent chains: RED's (residual expert with the label rows, if
+    the domain brought new labels, then the logit expert) and the baselines' (the full head)."""
     indices = [run.space.domains.index(d) for d in names]
-    for index in indices:
-        if run.space.domains[index] in run.config.label_rows:
-            print_fn(f"[label rows] {train_label_rows(run, index)}")
-    for stage in ("experts", "heads"):
-        outcome = STAGES[stage](run, domains=indices)
-        print_fn(f"[{stage}] {outcome if len(str(outcome)) < 200 else str(outcome)[:200] + ' ...'}")
+    red = [(lambda i=i: f"[label rows] {train_label_rows(run, i)}") for i in indices if run.space.domains[i] in run.config.label_rows]
+    return [*red, stage_step(run, "experts", domains=indices)], [stage_step(run, "heads", domains=indices)]
+
+
+def train_new_domains(run, names: tuple[str, ...], print_fn=print) -> None:
+    """The new domains' own modules (the two chains at once, redkit/train/parallel.py)."""
+    run_chains(run, list(new_domain_steps(run, names)), print_fn)

@@ -139,7 +139,9 @@ def lifecycle_report(directory: Path, result: dict) -> str:
                      _p(r["full"].get("joint", {}).get("overall")), str(r["unchanged"])])
     lines += [f"## Add: each domain added to the others ({main}, accuracy %)", "",
               "s to add: the whole add-domain command but its evaluation; *of which* its training stages "
-              "(label rows and experts, heads, router, gate: the rest is data, copies and encoding d's texts).", "",
+              "(label rows and experts, heads, router, gate; the rest is data, copies and encoding d's train and val texts). "
+              "RED's stages (label rows, experts, router) and the baselines' (heads, gate) run as two processes at once "
+              "where the machine has the cores (redkit/train/parallel.py), so their seconds overlap.", "",
               markdown_table(["domain", "s to add", "of which", "label rows", "on d: added", "on d: RED all", "on d: joint all",
                               "other 9: before add", "other 9: after", "Δ other 9", "overall: added", "overall: RED all",
                               "Δ vs RED all", "overall: joint all", "copies identical"], rows), ""]
