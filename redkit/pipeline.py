@@ -10,6 +10,7 @@ from redkit.compositions import NEEDS_DOMAIN, Composed, ModuleSet, default_compo
 from redkit.evaluate import evaluate_compositions, routing_accuracy, score_composed
 from redkit.run import Run, RunConfig
 from redkit.train.distributed import check_run_nproc, launch_base
+from redkit.train.parallel import stage_line
 from redkit.train.stages import PIPELINE, STAGES
 
 
@@ -72,7 +73,7 @@ def train_stages(run: Run, nproc: int = 1, print_fn=print, stages: tuple[str, ..
     others train small modules on cached features, where processes would only add overhead)."""
     for stage in stages:
         outcome = launch_base(run, nproc) if stage == "base" and nproc > 1 else STAGES[stage](run)
-        print_fn(f"[{stage}] {outcome if len(str(outcome)) < 200 else str(outcome)[:200] + ' ...'}")
+        print_fn(stage_line(stage, outcome))
 
 
 def reproduce(out: Path, config: RunConfig, eval_files: tuple[Path, ...] = (), print_fn=print, nproc: int = 1) -> dict:

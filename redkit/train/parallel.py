@@ -25,12 +25,15 @@ from redkit.train.stages import STAGES
 Step = Callable[[], str]  # trains something, and says how it went in one line
 
 
+def stage_line(stage: str, outcome) -> str:
+    """What a stage returned, in one line of at most about 200 characters."""
+    outcome = str(outcome)
+    return f"[{stage}] {outcome if len(outcome) < 200 else outcome[:200] + ' ...'}"
+
+
 def stage_step(run, stage: str, **kwargs) -> Step:
     """Stage `stage` of redkit/train/stages.py on `run` (it skips what exists) as a step."""
-    def step() -> str:
-        outcome = str(STAGES[stage](run, **kwargs))
-        return f"[{stage}] {outcome if len(outcome) < 200 else outcome[:200] + ' ...'}"
-    return step
+    return lambda: stage_line(stage, STAGES[stage](run, **kwargs))
 
 
 def forks_help(run) -> bool:
