@@ -10,8 +10,7 @@ from redkit.compositions import NEEDS_DOMAIN, Composed, ModuleSet, default_compo
 from redkit.evaluate import evaluate_compositions, routing_accuracy, score_composed
 from redkit.run import Run, RunConfig
 from redkit.train.distributed import check_run_nproc, launch_base
-from redkit.train.parallel import stage_line
-from redkit.train.stages import PIPELINE, STAGES
+from redkit.train.stages import PIPELINE, STAGES, stage_line
 
 
 def evaluate_file(run: Run, modules: ModuleSet, path: Path, names: list[str]) -> dict:

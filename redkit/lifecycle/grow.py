@@ -11,6 +11,7 @@ from redkit.errors import RedkitError
 from redkit.fitting.data import FitData
 from redkit.lifecycle.new_labels import train_label_rows
 from redkit.train.parallel import Step, run_chains, stage_step
+from redkit.train.stages import stage_line
 
 
 def new_label_owners(new: FitData, config) -> dict[str, tuple[str, ...]]:
@@ -61,7 +62,7 @@ def new_domain_steps(run, names: tuple[str, ...]) -> tuple[list[Step], list[Step
     (joined) classifier, as two independent chains: RED's (residual expert with the label rows, if
     the domain brought new labels, then the logit expert) and the baselines' (the full head)."""
     indices = [run.space.domains.index(d) for d in names]
-    red = [(lambda i=i: f"[label rows] {train_label_rows(run, i)}") for i in indices if run.space.domains[i] in run.config.label_rows]
+    red = [(lambda i=i: stage_line("label rows", train_label_rows(run, i))) for i in indices if run.space.domains[i] in run.config.label_rows]
     return [*red, stage_step(run, "experts", domains=indices)], [stage_step(run, "heads", domains=indices)]
 
 

@@ -20,15 +20,9 @@ from typing import Callable
 import torch
 
 from redkit.errors import RedkitError
-from redkit.train.stages import STAGES
+from redkit.train.stages import STAGES, stage_line
 
 Step = Callable[[], str]  # trains something, and says how it went in one line
-
-
-def stage_line(stage: str, outcome) -> str:
-    """What a stage returned, in one line of at most about 200 characters."""
-    outcome = str(outcome)
-    return f"[{stage}] {outcome if len(outcome) < 200 else outcome[:200] + ' ...'}"
 
 
 def stage_step(run, stage: str, **kwargs) -> Step:
@@ -82,13 +76,12 @@ def run_chains(run, chains: list[list[Step]], print_fn=print) -> None:
     messages = []
     for process, receive in jobs:
         try:
-            messages.append(receive.recv())
+            message = receive.recv()
         except EOFError:  # killed before it could answer (out of memory, a signal)
-            messages.append(("error", None, ""))
+            message = None
         process.join()
-        if messages[-1][1] is None:
-            messages[-1] = ("error", RedkitError(f"a training process ended with exit code {process.exitcode} before "
-                                                 "it finished; run the command again (finished modules are kept)"), "")
+        messages.append(message or ("error", RedkitError(f"a training process ended with exit code {process.exitcode} "
+                                                         "before it finished; run the command again (finished modules are kept)"), ""))
     for kind, payload, detail in messages:
         if kind == "error":
             if detail:

@@ -332,3 +332,9 @@ def stage_gate(run: StageRun) -> dict:
 
 
 PIPELINE = ("base", "experts", "heads", "router", "gate")
+
+
+def stage_line(stage: str, outcome) -> str:
+    """What a stage returned, in one line of at most about 200 characters."""
+    outcome = str(outcome)
+    return f"[{stage}] {outcome if len(outcome) < 200 else outcome[:200] + ' ...'}"
