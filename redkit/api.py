@@ -69,24 +69,32 @@ class FittedRun:
         composed = compose(composition, modules, h, alpha_router.argmax(dim=-1))
         weights = composed.weights if composed.weights is not None else alpha_router
         probs = composed.probs.cpu()
-        rejected = self._out_of_scope(composition, composed, h)
+        rejected = self._out_of_scope(composition, composed, h, texts)
         return [Prediction(self._label(int(p.argmax())), float(p.max()), dict(zip(self.domains, map(float, w))),
                            out_of_scope=None if rejected is None else bool(r))
                 for p, w, r in zip(probs, weights.cpu(), rejected if rejected is not None else [None] * len(probs))]
 
-    def _out_of_scope(self, composition: str, composed, h):
+    def _out_of_scope(self, composition: str, composed, h, texts: list[str]):
         """(N,) bool: below the composition's OOS threshold (`<run>/oos.json`, chosen on val +
         OOS validation texts by `redkit fit --oos`), or None where the run has none for it."""
         from redkit.jsonfile import read_json
-        from redkit.oos.evaluate import OOS_FILE
-        from redkit.oos.scores import score_table
+        from redkit.oos.evaluate import OOS_FILE, composition_scores, views_of
+        from redkit.references.linear_probe import frozen_backbone
 
         path = Path(self.run.dir) / OOS_FILE
         chosen = read_json(path, "an OOS threshold file").get(composition) if path.is_file() else None
         if chosen is None:
             return None
-        bank = self.run.split_tensors("train")[0].to(composed.probs.device) if chosen["score"] == "knn" else None
-        score = score_table(composed.probs, composed.weights, h, bank)[chosen["score"]]
+        if chosen["score"] in ("msp", "router", "product"):  # from the composition's output alone
+            from redkit.oos.scores import score_table
+
+            score = score_table(composed.probs, composed.weights)[chosen["score"]]
+        else:
+            from redkit.features import encode
+
+            pretrained = encode(frozen_backbone(self.run), texts).to(h.device)
+            stats = {name: tuple(value) for name, value in chosen.get("stats", {}).items()} or None
+            score = composition_scores(composed, h, pretrained, views_of(self.run), stats)[chosen["score"]]
         return (score < chosen["threshold"]).cpu().tolist()
 
     def _predict_steps(self, text: str, composition: str) -> Prediction:
@@ -158,27 +166,23 @@ def _check_router_options(router: str, options: dict) -> None:
             raise RedkitError(f"--router-option {key}: router {router!r} has no such setting (known: {', '.join(sorted(known))})")
 
 
-def fit(data_dir: str | Path, out: str | Path, *, text_field: str = "text", label_field: str = "label",
-        domain_field: str = "domain", backbone: str | Path | None = None, pooling: str = "mean",
-        trainable_layers: int = 2, rank: int = 0, device: str = "cpu", precision: str = "fp32", seed: int = 0,
-        base_fraction: float = 1.0, val_fraction: float = 0.1, router: str = "dense", max_epochs: int | None = None,
-        eval_files: Sequence[str | Path] = (), oos: str | Path | None = None, data_format: str = "files",
-        references: Sequence[str] = ("joint", "linear_probe"), router_options: dict | None = None,
-        print_fn=print) -> FittedRun:
-    """Train every stage of RED and its baselines on DATA_DIR's train (val, test) files into OUT.
-    Everything is read and checked before anything is written: a bad line, field or option is one
-    RedkitError and leaves OUT as it was. Rerunning resumes; finished stages are never redone.
-    `oos`: a file of out-of-scope texts; the run then records an OOS threshold per composition
-    (chosen on val + these) and `predict` answers "out of scope" under it. `data_format`
-    "clinc150": DATA_DIR holds CLINC150's data_full.json and domains.json, OOS splits included."""
+def fit_setup(data_dir: str | Path, *, text_field: str = "text", label_field: str = "label",
+              domain_field: str = "domain", backbone: str | Path | None = None, pooling: str = "mean",
+              trainable_layers: int | str = "auto", max_length: int | None = None, rank: int = 0, device: str = "cpu",
+              precision: str = "fp32", seed: int = 0, base_fraction: float = 1.0, val_fraction: float = 0.1,
+              router: str = "dense", router_loss: str = "domain", max_epochs: int | None = None, oos: str | Path | None = None,
+              data_format: str = "files", references: Sequence[str] = ("joint", "linear_probe"),
+              router_options: dict | None = None, skip_invalid: bool = False):
+    """(FitConfig, FitData): DATA_DIR read and checked, and what is `auto` settled from its training
+    texts (redkit/fitting/recipe.py), before anything is written. `fit` trains from these."""
     from redkit.backbone import BackboneConfig
-    from redkit.backbone.locate import check_model_dir
+    from redkit.backbone.locate import check_model_dir, default_backbone_path, length_limit, num_layers
+    from redkit.backbone.model import token_lengths
     from redkit.fitting.config import FitConfig
     from redkit.fitting.data import label_domains, load_run_data
+    from redkit.fitting.recipe import settle
     from redkit.fitting.records import Fields
-    from redkit.fitting.run import FitRun
     from redkit.modules.layers import ROUTERS
-    from redkit.pipeline import run_pipeline
 
     ROUTERS[router]  # an unknown router or reference fails (did you mean) before anything is written
     from redkit.references import REFERENCES
@@ -190,19 +194,63 @@ def fit(data_dir: str | Path, out: str | Path, *, text_field: str = "text", labe
         raise RedkitError(f"base fraction {base_fraction} must lie in (0, 1] and val fraction {val_fraction} in (0, 1)")
     if backbone:
         check_model_dir(Path(backbone))
-    data_dir, out = Path(data_dir).resolve(), Path(out)
+    model_dir = Path(backbone).resolve() if backbone else default_backbone_path()
+    layers = _trainable_layers(trainable_layers, num_layers(model_dir))
+    if max_length is not None and not 1 <= max_length <= length_limit(model_dir):
+        raise RedkitError(f"--max-length {max_length}: must be in 1..{length_limit(model_dir)} for {model_dir.name}")
+    data_dir = Path(data_dir).resolve()
     oos = Path(oos).resolve() if oos else None
-    data = load_run_data(data_dir, data_format, Fields(text_field, label_field, domain_field), seed, val_fraction, oos)
-    config = FitConfig(seed=seed, expert_rank=rank, device=device, router=router, data_dir=str(data_dir),
+    data = load_run_data(data_dir, data_format, Fields(text_field, label_field, domain_field), seed, val_fraction, oos,
+                         skip_invalid=skip_invalid)
+    texts = [r.question for r in data.splits["train"]]
+    settled = settle(token_lengths(model_dir, texts), num_layers(model_dir), length_limit(model_dir), max_length, layers)
+    data.notes.append(settled.line(len(texts)))
+    config = FitConfig(seed=seed, expert_rank=rank, device=device, router=router, router_loss=router_loss, data_dir=str(data_dir),
                        data_format=data_format, oos_file=str(oos) if oos else None,
                        text_field=text_field, label_field=label_field, domain_field=domain_field, val_fraction=val_fraction,
                        labels=data.labels, numeric_labels=data.numeric_labels, domains=data.domains,
-                       label_domains=label_domains(data),
+                       label_domains=label_domains(data), skip_invalid=skip_invalid,
                        backbone=BackboneConfig(path=str(Path(backbone).resolve()) if backbone else None, pooling=pooling,
-                                               trainable_layers=trainable_layers, precision=precision),
+                                               trainable_layers=settled.trainable_layers, precision=precision,
+                                               max_length=settled.max_length),
                        base_fraction=base_fraction, references=tuple(references), router_options=dict(router_options or {}))
+    for stage in ("base", "joint"):
+        config.stage_overrides[stage]["max_epochs"] = settled.epochs
     config.cap_epochs(max_epochs)
-    run = FitRun(out, config)
-    # What was done unasked (val carved, no test) is recorded in splits.json and said once, in the report.
+    return config, data
+
+
+def _trainable_layers(value: int | str, total: int) -> int | None:
+    """`--trainable-layers`: N, "all" (every layer) or "auto" (None: settled from the data)."""
+    if value == "auto":
+        return None
+    if value == "all":
+        return total
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= total:
+        raise RedkitError(f"--trainable-layers {value!r}: expected 1..{total}, 'all' or 'auto'")
+    return value
+
+
+def fit(data_dir: str | Path, out: str | Path, *, eval_files: Sequence[str | Path] = (), print_fn=print,
+        **settings) -> FittedRun:
+    """Train every stage of RED and its baselines on DATA_DIR's train (val, test) files into OUT.
+    Everything is read and checked before anything is written: a bad line, field or option is one
+    RedkitError and leaves OUT as it was. Rerunning resumes; finished stages are never redone.
+
+    `settings` are `fit_setup`'s: text_field, label_field, domain_field; backbone, pooling,
+    trainable_layers (N, "all" or "auto"), max_length (None: auto), rank, device, precision, seed;
+    base_fraction, val_fraction, router, router_options, router_loss, references, max_epochs (a cap, for quick
+    looks); `oos`: a file of out-of-scope texts (the run then records an OOS threshold per
+    composition, chosen on val + these, and `predict` answers "out of scope" under it);
+    `data_format` "clinc150": DATA_DIR holds CLINC150's data_full.json and domains.json, OOS splits
+    included; `skip_invalid`: drop records with an empty text (counted in the report) instead of
+    refusing the file."""
+    from redkit.fitting.run import FitRun
+    from redkit.pipeline import run_pipeline
+
+    config, data = fit_setup(data_dir, **settings)
+    print_fn(f"[data] {data.notes[-1]}")
+    run = FitRun(Path(out), config)
+    # What was done unasked (val carved, no test, auto settings) is recorded in splits.json and said in the report.
     run_pipeline(run, tuple(Path(p) for p in eval_files), print_fn, summary=run.prepare_data(data))
     return FittedRun(run)

@@ -15,6 +15,10 @@ oracle variants) and returns `Composed(probs (N, C), weights (N, K) or None)`.
     red_within    Σ_i α_i softmax_{y∈D_i}(C(h + Δh_i(h)))    RED where each label belongs to one domain D_i:
                   p(y) = α_{d(y)} · p_{d(y)}(y), each expert predicting within its own domain's labels
     red_within_oracle  the same with α = one-hot(true domain)
+    red_mixture   Σ_i α_i softmax(C(h + Δh_i(h)))            RED mixing its experts' output distributions
+                  instead of their updates (a soft mixture where the router is unsure)
+    domain_oracle softmax over the true domain's labels of C(h)   no expert at all: what knowing the domain
+                  is worth by itself (where each label belongs to one domain), beside red_oracle
 
 Each multi-expert composition is a `Mixture` (what the K experts output, how α combines it) and
 a source of α: a trained router (`ROUTED`: red, moe, red_logits, the ones routing noise acts on),
@@ -160,6 +164,9 @@ MIXTURES: dict[str, Mixture] = {
     "logit": _red_mixture("logit"),
     # Σ_i α_i softmax_{y∈D_i}(C(h + Δh_i(h))): RED with the label structure (each label in one domain)
     "within": Mixture(_expert_logits, _within_domains),
+    # Σ_i α_i softmax(C(h + Δh_i(h))): RED's experts' own predictions, mixed
+    "residual_outputs": Mixture(lambda m, h: F.softmax(_expert_logits(m, h), dim=-1),
+                                lambda m, h, probs, alpha: weighted(probs, alpha)),
 }
 
 
@@ -227,9 +234,16 @@ _register_fixed("red_oracle", "residual", lambda m, h, y: one_hot_alpha(y, m.run
 _register_fixed("red_uniform", "residual", lambda m, h, y: uniform_alpha(len(h), m.run.space.num_domains, h.device))
 _register_routed("red_logits", "logit", "router")
 _register_routed("red_within", "within", "router")
+_register_routed("red_mixture", "residual_outputs", "router")
 _register_fixed("red_within_oracle", "within", lambda m, h, y: one_hot_alpha(y, m.run.space.num_domains))
-NEEDS_DOMAIN = ("oracle", "red_oracle", "red_within_oracle")  # the compositions given each example's true domain
-NEEDS_LABEL_DOMAINS = ("red_within", "red_within_oracle")  # every label in one domain (LabelSpace.class_domains)
+def _domain_oracle(modules: ModuleSet, h: torch.Tensor, labels: torch.Tensor) -> Composed:
+    mask = modules.run.space.domain_mask().to(h.device)[labels]  # (N, C): the labels of each example's true domain
+    return Composed(F.softmax(modules.classifier()(h).masked_fill(~mask, float("-inf")), dim=-1), None)
+
+
+COMPOSITIONS.register("domain_oracle")(_domain_oracle)
+NEEDS_DOMAIN = ("oracle", "red_oracle", "red_within_oracle", "domain_oracle")  # the compositions given each example's true domain
+NEEDS_LABEL_DOMAINS = ("red_within", "red_within_oracle", "domain_oracle")  # every label in one domain (LabelSpace.class_domains)
 
 
 def default_compositions(space) -> list[str]:

@@ -61,12 +61,32 @@ def store_features(path: Path, h: torch.Tensor) -> None:
         save_file({"h": h.contiguous()}, str(tmp))
 
 
-def cached_features(cache_dir: Path, backbone: Backbone, texts: list[str], name: str) -> torch.Tensor:
-    """`encode`, through a cache file keyed by (backbone fingerprint, data hash, pooling)."""
+@torch.inference_mode()
+def encode_from_prefix(backbone: Backbone, states: "PrefixStates", batch_size: int = 256, desc: str = "encode") -> torch.Tensor:
+    """(N, d) pooled features of texts whose frozen-prefix states are cached: only the layers above
+    the prefix run (the frozen ones ran once, when stage base cached them)."""
+    order = torch.argsort(states.lengths(), stable=True)  # similar lengths pad less
+    device = next(backbone.parameters()).device
+    out = torch.empty(len(order), backbone.hidden_size)
+    for chunk in tqdm(order.split(batch_size), desc=desc, unit="batch", leave=False, dynamic_ncols=True):
+        with backbone.autocast():
+            out[chunk] = backbone(*states.batch(chunk, device)).float().cpu()
+    return out
+
+
+def cached_features(cache_dir: Path, backbone: Backbone, texts: list[str], name: str, reuse_prefix: bool = False) -> torch.Tensor:
+    """`encode`, through a cache file keyed by (backbone fingerprint, data hash, pooling). With
+    `reuse_prefix`, texts whose frozen-prefix states a stage cached run through the top layers only
+    (the same features up to float rounding: the batches pad differently)."""
     path = features_path(cache_dir, backbone, texts, name)
     if path.is_file():
         return load_file(str(path))["h"]
-    h = encode(backbone, texts, desc=f"encode {name}")
+    found = PrefixStates.find(cache_dir, backbone, texts) if reuse_prefix else None
+    if found is not None:
+        states, rows = found
+        h = encode_from_prefix(backbone, states, desc=f"encode {name} (cached prefix)")[rows]
+    else:
+        h = encode(backbone, texts, desc=f"encode {name}")
     store_features(path, h)
     return h
 
@@ -76,21 +96,45 @@ class PrefixStates:
 
     Stage base trains the top layers on these, so the frozen layers run once per distinct text,
     never per epoch. Saved in the cache so that a resumed stage does not recompute them either.
+    With every layer tuned there is no frozen layer: `states` is None and only the tokens are kept.
     """
 
-    def __init__(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, states: torch.Tensor):
+    def __init__(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, states: torch.Tensor | None):
         self.input_ids, self.attention_mask, self.states = input_ids, attention_mask, states
+
+    @staticmethod
+    def _key(backbone: Backbone, texts: list[str]) -> str:
+        return f"{backbone.source_fingerprint}-{backbone.split_at}-{backbone.config.max_length}-{text_hash(texts)}"
+
+    @classmethod
+    def _load(cls, path: Path) -> "PrefixStates":
+        t = load_file(str(path))
+        return cls(t["input_ids"], t["attention_mask"], t.get("states"))
+
+    @classmethod
+    def find(cls, cache_dir: Path, backbone: Backbone, texts: list[str]) -> tuple["PrefixStates", torch.Tensor] | None:
+        """(states, rows): cached prefix states of `texts` (under any name), or of their distinct texts
+        in first-seen order (how stage base caches validation texts), and the row of each text; None
+        where no stage cached them, or nothing is frozen."""
+        if backbone.split_at == 0:
+            return None
+        distinct, rows = _unique(texts)
+        for candidate, index in ((texts, torch.arange(len(texts))), (distinct, rows)):
+            found = sorted(Path(cache_dir).glob(f"prefix-*-{cls._key(backbone, candidate)}.safetensors"))
+            if found:
+                return cls._load(found[0]), index
+        return None
 
     @classmethod
     @torch.inference_mode()
     def build(cls, cache_dir: Path, backbone: Backbone, texts: list[str], name: str, batch_size: int = 256) -> "PrefixStates":
-        key = f"{backbone.source_fingerprint}-{backbone.split_at}-{text_hash(texts)}"
-        path = Path(cache_dir) / f"prefix-{name}-{key}.safetensors"
+        path = Path(cache_dir) / f"prefix-{name}-{cls._key(backbone, texts)}.safetensors"
         if path.is_file():
-            t = load_file(str(path))
-            return cls(t["input_ids"], t["attention_mask"], t["states"])
+            return cls._load(path)
         enc = backbone.tokenize(texts, padding="longest")
         ids, mask = enc["input_ids"], enc["attention_mask"]
+        if backbone.split_at == 0:  # every layer tuned: nothing frozen to run once
+            return cls(ids, mask, None)
         device = next(backbone.parameters()).device
         states = torch.empty(*ids.shape, backbone.hidden_size)
         for first in tqdm(range(0, len(texts), batch_size), desc=f"prefix {name}", unit="batch", leave=False, dynamic_ncols=True):
@@ -100,9 +144,13 @@ class PrefixStates:
             save_file({"input_ids": ids, "attention_mask": mask, "states": states}, str(tmp))
         return cls(ids, mask, states)
 
-    def batch(self, index: torch.Tensor, device: torch.device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def lengths(self) -> torch.Tensor:
+        """(N,) each text's length in tokens (what length-grouped batches sort by)."""
+        return self.attention_mask.sum(dim=1)
+
+    def batch(self, index: torch.Tensor, device: torch.device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
         """Rows `index`, cut to the longest real length among them (padding costs compute)."""
         mask = self.attention_mask[index]
         length = int(mask.sum(dim=1).max())
-        return (self.input_ids[index, :length].to(device), mask[:, :length].to(device),
-                self.states[index, :length].to(device))
+        states = None if self.states is None else self.states[index, :length].to(device)
+        return self.input_ids[index, :length].to(device), mask[:, :length].to(device), states

@@ -15,7 +15,9 @@ LABELS = {"global_10pct": "Global head (base's classifier C)", "global_full": "G
           "red": "**RED (router)**", "red_oracle": "RED, oracle α", "red_uniform": "RED, uniform α (AllFix)",
           "red_logits": "RED in logit space (original code)",
           "red_within": "**RED within domains** (p(y) = α_d(y) p_d(y))", "red_within_oracle": "RED within domains, oracle α",
-          "joint": "joint (top layers + classifier on 100% of train)", "linear_probe": "linear probe (frozen features, LR)"}
+          "red_mixture": "RED mixing its experts' outputs (Σ α_i p_i)",
+          "domain_oracle": "C alone within the true domain's labels (no expert)",
+          "joint": "joint (backbone + classifier fine-tuned on 100% of train)", "linear_probe": "linear probe (frozen features, LR)"}
 
 
 def _f(x: float) -> str:

@@ -68,7 +68,10 @@ class StagedConfig:
     expert_rank: int = 0  # r of the residual experts; 0 = d // 4
     device: str = "cpu"
     router: str = "dense"  # a ROUTERS name: the router and the gate of stages router / gate (dense: softmax MLP)
-    router_options: dict = field(default_factory=dict)  # the router's own settings (dense: hidden; labels: source, temperature)
+    router_options: dict = field(default_factory=dict)  # the router's own settings (dense: hidden, temperature; labels: source)
+    # What RED's router is trained on, experts and C frozen (ROUTER_LOSSES): the domain label (the paper's),
+    # the label loss of the composition it routes, or both summed.
+    router_loss: str = "domain"
     references: tuple[str, ...] = ()  # REFERENCES names trained and scored beside the compositions (joint, linear_probe)
     train: TrainConfig = field(default_factory=TrainConfig)
     stage_overrides: dict[str, dict] = field(default_factory=lambda: json.loads(json.dumps(DEFAULT_STAGE_OVERRIDES)))
@@ -133,6 +136,9 @@ class Run:
     come from. Each kind of run registers itself in RUN_KINDS under the task its config records."""
 
     config_class: type[StagedConfig] = RunConfig
+    # Features of texts whose frozen-prefix states stage base cached run through the top layers only
+    # (a fit run; the paper's benchmarks encode every text whole, as their published numbers did).
+    reuse_prefix: bool = False
     monitor = None  # a callable(stage, step, module) that watches the stages on features train (routing analysis)
 
     def __init__(self, directory: str | Path, config: StagedConfig | None = None):
@@ -302,7 +308,7 @@ class Run:
         """(N, d) pooled features of bare texts (out-of-scope queries have no label) with the tuned backbone (cached)."""
         if not module_exists(self.module_dir("backbone_top")):
             raise RedkitError(f"{self.module_dir('backbone_top')}: missing; stage base has not run yet, so there is no tuned backbone")
-        return cached_features(self.cache_dir, self.backbone, texts, name)
+        return cached_features(self.cache_dir, self.backbone, texts, name, reuse_prefix=self.reuse_prefix)
 
     @cached_property
     def space(self) -> LabelSpace:

@@ -87,6 +87,6 @@ def test_not_a_model_directory_is_one_clear_error(tmp_path):
         Backbone(BackboneConfig(path=str(tmp_path)))
     with pytest.raises(RedkitError, match="not a directory"):
         Backbone(BackboneConfig(path=str(tmp_path / "nope")))
-    for bad in (0, 6):
+    for bad in (0, 7):  # 6 = every layer of the 6-layer MiniLM
         with pytest.raises(RedkitError, match="trainable_layers"):
             Backbone(BackboneConfig(trainable_layers=bad))

@@ -168,18 +168,95 @@ def test_clinc_run_has_references_label_structure_and_oos(clinc_run):
 @pytest.mark.slow
 def test_levers_study_measures_every_lever_without_touching_the_run(clinc_run, tmp_path):
     from redkit.study import run_levers_study
-    from redkit.study.levers import LeverConfig
+    from redkit.study.levers import OWN, LeverConfig
 
     run = tmp_path / "run"
     shutil.copytree(clinc_run, run)
+    twin = tmp_path / "twin"  # a replicate: the same run again (every difference 0, no test to make)
+    shutil.copytree(clinc_run, twin)
     before = sorted(str(p.relative_to(run)) for p in (run / "modules").rglob("*.safetensors"))
-    result = run_levers_study([run], LeverConfig(ranks=(8,), temperatures=(2.0,)), print_fn=lambda *_: None)
-    assert set(result["routing"]) >= {"dense (the run's)", "labels from global_full", "labels from C", "prototype",
-                                      "dense on frozen features", "dense, α at T=2.0", "dense, hard top-1 α"}
+    result = run_levers_study([run], LeverConfig(ranks=(8,), temperatures=(2.0,)), print_fn=lambda *_: None,
+                              replicates=[twin])
+    assert set(result["routing"]) == {OWN, "dense, hidden 1024", "(a) label loss", "(a) label + domain loss",
+                                      "(b) dense_labels: reads G's label distribution", "(c) GShard top-2",
+                                      "(b) labels from G (training-free)", "(b) labels from C (training-free)",
+                                      "(d) prototype (training-free)", "(c) dense, α at T=2",
+                                      "(d) pool: dense × labels from G", "(d) dense on the pretrained backbone's features"}
     assert set(result["experts"]) == {"rank 96 (the run's)", "rank 48"}
     for rows in (result["routing"], result["experts"]):
         for row in rows.values():
-            assert all(0.0 <= row[f"{c}_{s}"] <= 1.0 for c in ("red", "red_within") for s in ("val", "test"))
+            assert all(0.0 <= row[f"{c}_{s}"] <= 1.0 for c in ("red", "red_mixture", "red_within") for s in ("val", "test"))
+    seeds = result["over_seeds"]["routing"]
+    assert seeds[OWN]["diff_test"] == 0.0 and seeds[OWN]["p_test"] is None
     assert result["base"][0]["base_fraction"] == 1.0 and "joint_test" in result["base"][0]
     assert sorted(str(p.relative_to(run)) for p in (run / "modules").rglob("*.safetensors")) == before
-    assert (run / "studies" / "levers" / "report.md").is_file()
+    report = (run / "studies" / "levers" / "report.md").read_text()
+    assert "Over 2 seeds" in report and "(a) label loss" in report
+
+
+def test_the_label_loss_trains_the_router_through_the_frozen_composition():
+    """composition_loss is CE(C(h + Σ α Δh), y): with Δh = 0 it is C's own loss whatever α (the
+    router cannot lower it), and its gradient reaches the router only through α."""
+    from redkit.modules.layers import Classifier, Router, RouterConfig
+    from redkit.train.stages import composition_loss
+
+    torch.manual_seed(0)
+    classifier = Classifier(Classifier.Config(dim=6, num_classes=4))
+    router = Router(RouterConfig(dim=6, num_experts=3))
+    h, y, d = torch.randn(10, 6), torch.randint(0, 4, (10,)), torch.randint(0, 3, (10,))
+    zero = torch.zeros(10, 3, 6)
+    loss = composition_loss(classifier, with_domain=False)(router, h, y, d, zero)
+    assert loss.item() == pytest.approx(F.cross_entropy(classifier(h), y).item(), abs=1e-6)
+    updates = torch.randn(10, 3, 6)
+    both = composition_loss(classifier, with_domain=True)(router, h, y, d, updates)
+    alpha = F.softmax(router(h), dim=-1)
+    expected = F.cross_entropy(classifier(h + (alpha.unsqueeze(-1) * updates).sum(1)), y) + F.cross_entropy(router(h), d)
+    assert both.item() == pytest.approx(expected.item(), abs=1e-6)
+    both.backward()
+    assert all(p.grad is not None and p.grad.abs().sum() > 0 for p in router.parameters())
+
+
+@pytest.mark.slow
+def test_red_mixture_mixes_the_experts_predictions(clinc_run):
+    """red_mixture = Σ_i α_i softmax(C(h + Δh_i)), computed here by hand from the run's modules."""
+    from redkit.compositions import ModuleSet, compose
+    from redkit.fitting.run import FitRun
+
+    run = FitRun(clinc_run)
+    modules = ModuleSet(run)
+    h, _, domains = run.split_tensors("test")
+    red = modules.red("residual")
+    with torch.no_grad():
+        alpha = F.softmax(modules.router()(h), dim=-1)
+        by_hand = sum(alpha[:, i:i + 1] * F.softmax(red.classifier(h + expert(h)), dim=-1)
+                      for i, expert in enumerate(red.experts))
+    composed = compose("red_mixture", modules, h, domains)
+    torch.testing.assert_close(composed.probs, by_hand)
+    torch.testing.assert_close(composed.weights, alpha)
+
+
+@pytest.mark.slow
+def test_predict_answers_out_of_scope_by_the_views_score(clinc_run, tmp_path):
+    """With the `views` score chosen (z(knn_domain) + z(knn_pretrained), standardised by val's
+    statistics), predict rejects exactly the texts whose score falls below the threshold."""
+    import redkit
+    from redkit.compositions import ModuleSet, compose
+    from redkit.features import encode
+    from redkit.oos.evaluate import composition_scores, views_of
+    from redkit.references.linear_probe import frozen_backbone
+
+    run_dir = tmp_path / "run"
+    shutil.copytree(clinc_run, run_dir)
+    texts = ["how do i freeze my card", "who won the football game", "book a table for two", "what is the capital of peru"]
+    fitted = redkit.load(run_dir)
+    run = fitted.run
+    h = encode(run.backbone, texts)
+    composed = compose("red", ModuleSet(run), h, torch.zeros(4, dtype=torch.long))
+    stats = {"knn_domain": (0.5, 0.2), "knn_pretrained": (0.4, 0.1)}
+    scores = composition_scores(composed, h, encode(frozen_backbone(run), texts), views_of(run), stats)["views"]
+    threshold = float(scores.sort().values[1:3].mean())  # between the second and third: two texts below
+    (run_dir / "oos.json").write_text(json.dumps({"red": {"score": "views", "threshold": threshold,
+                                                          "stats": {k: list(v) for k, v in stats.items()}}}))
+    answers = redkit.load(run_dir).predict(texts)
+    assert [a.out_of_scope for a in answers] == (scores < threshold).tolist()
+    assert sum(a.out_of_scope for a in answers) == 2

@@ -87,7 +87,7 @@ def study_run(tiny_run, tmp_path_factory):
 
 def test_noise_study_covers_every_routed_composition_model_and_level(study_run):
     result = json.loads((study_run / "studies" / "noise" / "results.json").read_text())
-    assert list(result["compositions"]) == ["moe", "red", "red_logits", "red_within"]  # red_within: Task 1 ranges are a label structure
+    assert list(result["compositions"]) == ["moe", "red", "red_logits", "red_within", "red_mixture"]  # red_within: Task 1 ranges are a label structure
     for comp in result["compositions"].values():
         assert set(comp["models"]) == set(NOISE_MODELS)
         for model, m in comp["models"].items():

@@ -50,3 +50,39 @@ def fingerprint_files(path: Path) -> str:
             for chunk in iter(lambda: f.read(1 << 20), b""):
                 digest.update(chunk)
     return digest.hexdigest()[:16]
+
+
+def read_model_config(path: Path) -> dict:
+    """A model directory's config.json as a dict (checked by `check_model_dir`)."""
+    return json.loads((Path(path) / "config.json").read_text())
+
+
+def num_layers(path: Path) -> int:
+    """How many transformer layers the model has (config.json's num_hidden_layers), read without
+    building it: what `--trainable-layers all` means."""
+    value = read_model_config(path).get("num_hidden_layers")
+    if not isinstance(value, int) or value < 1:
+        raise RedkitError(f"--backbone {path}/config.json: no usable 'num_hidden_layers' ({value!r})")
+    return value
+
+
+def length_limit(path: Path) -> int:
+    """The longest input the model was made for, in tokens: sentence-transformers' max_seq_length
+    where the directory has one (all-MiniLM-L6-v2 was trained on 256), else the tokenizer's
+    model_max_length, else the model's position embeddings."""
+    path = Path(path)
+    found: list[int] = []
+    for name, key in (("sentence_bert_config.json", "max_seq_length"), ("tokenizer_config.json", "model_max_length")):
+        file = path / name
+        if file.is_file():
+            try:
+                value = json.loads(file.read_text()).get(key)
+            except (json.JSONDecodeError, UnicodeDecodeError, AttributeError):
+                value = None
+            if isinstance(value, int) and 0 < value < 1_000_000:  # tokenizers write 1e30 for "no limit"
+                found.append(value)
+                break
+    positions = read_model_config(path).get("max_position_embeddings")
+    if isinstance(positions, int) and positions > 0:
+        found.append(positions)
+    return min(found) if found else 512

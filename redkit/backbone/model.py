@@ -6,6 +6,10 @@
                                                               │
                                                 pooling (mean | last | cls) ─► h (B, d)
 
+With every layer tuned (N = L, `--trainable-layers all`) there is no frozen layer to cache: the
+model runs whole on every pass, its embeddings frozen (as in Lee et al. 2019's finding that they need
+no tuning; here it also halves the optimizer's work: the word embeddings are half of MiniLM's weights).
+
 The split works for encoders (BERT-like) and decoders (Qwen3, Llama, ...) alike, without
 touching their code: for the prefix pass the model's layer list is cut to its first L-N layers
 and a hook captures the last one's output; for the top pass the list holds only the last N
@@ -34,7 +38,7 @@ PRECISIONS = ("fp32", "bf16")
 class BackboneConfig:
     path: str | None = None  # a Hugging Face model directory; None = the embedded all-MiniLM-L6-v2
     pooling: str = "mean"  # mean | last | cls
-    trainable_layers: int = 2  # N: the top N layers are fine-tuned in stage base, the rest frozen
+    trainable_layers: int = 2  # N: the top N layers are fine-tuned in stage base, the rest frozen (N = L: all)
     max_length: int = 64  # tokens; arithmetic questions are far shorter
     precision: str = "fp32"  # fp32 | bf16 (autocast; on CUDA) -- weights and caches stay fp32
 
@@ -54,6 +58,16 @@ def pool(states: torch.Tensor, attention_mask: torch.Tensor, pooling: str) -> to
         return states[torch.arange(states.shape[0]), last]
     mask = attention_mask.unsqueeze(-1).to(states.dtype)
     return (states * mask).sum(dim=1) / mask.sum(dim=1).clamp(min=1.0)
+
+
+def token_lengths(path: Path, texts: list[str]) -> list[int]:
+    """Each text's length in the model's tokens, special tokens included, uncut (what max_length
+    is chosen from). Loads the tokenizer only."""
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
+    tokenizer.model_max_length = 1 << 30  # counting only: no warning about texts longer than the model
+    return [len(ids) for ids in tokenizer(list(texts), add_special_tokens=True)["input_ids"]]
 
 
 def _find_layers(model: nn.Module, num_layers: int) -> tuple[nn.Module, str]:
@@ -84,9 +98,9 @@ class Backbone(nn.Module):
             self.tokenizer.pad_token = self.tokenizer.eos_token or self.tokenizer.unk_token
         self.hidden_size: int = self.model.config.hidden_size
         num_layers = self.model.config.num_hidden_layers
-        if not 1 <= config.trainable_layers < num_layers:
-            raise RedkitError(f"trainable_layers = {config.trainable_layers}: must be in 1..{num_layers - 1} "
-                              f"for a {num_layers}-layer backbone (the top is split from a frozen prefix)")
+        if not 1 <= config.trainable_layers <= num_layers:
+            raise RedkitError(f"trainable_layers = {config.trainable_layers}: must be in 1..{num_layers} "
+                              f"for a {num_layers}-layer backbone")
         self.split_at = num_layers - config.trainable_layers  # index of the first trainable layer
         self._layer_parent, self._layer_attr = _find_layers(self.model, num_layers)
         self.layers: nn.ModuleList = getattr(self._layer_parent, self._layer_attr)
@@ -115,8 +129,11 @@ class Backbone(nn.Module):
         return {"input_ids": enc["input_ids"], "attention_mask": enc["attention_mask"]}
 
     @torch.no_grad()
-    def run_prefix(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
-        """(B, T) ids -> (B, T, d) states after the frozen layers (the input of the first trainable one)."""
+    def run_prefix(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor | None:
+        """(B, T) ids -> (B, T, d) states after the frozen layers (the input of the first trainable
+        one); None when every layer is tuned (nothing frozen but the embeddings, cheap to recompute)."""
+        if self.split_at == 0:
+            return None
         captured: list[torch.Tensor] = []
         # The input of layer split_at is the prefix output: capture it there and stop the pass by
         # running only layers[:split_at + 1]; the one extra layer's output is discarded.
@@ -130,9 +147,17 @@ class Backbone(nn.Module):
             hook.remove()
         return captured[0]
 
-    def run_top(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, prefix: torch.Tensor, **model_kwargs) -> torch.Tensor:
-        """Cached (B, T, d) prefix states -> (B, T, d) final token states, through the trainable layers.
-        `model_kwargs` go to the wrapped model's call (a peft model's `adapter_names=`, say)."""
+    def run_top(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, prefix: torch.Tensor | None,
+                **model_kwargs) -> torch.Tensor:
+        """Cached (B, T, d) prefix states -> (B, T, d) final token states, through the trainable layers
+        (prefix None: every layer is tuned, the whole model runs). `model_kwargs` go to the wrapped
+        model's call (a peft model's `adapter_names=`, say)."""
+        if prefix is None:
+            if self.split_at:
+                raise RedkitError("run_top: prefix states are needed below the first tuned layer")
+            out = self.model(input_ids=input_ids, attention_mask=attention_mask, use_cache=False, **model_kwargs)
+            return out.last_hidden_state
+
         def swap_input(module, args, kwargs):
             if args:
                 return (prefix,) + tuple(args[1:]), kwargs

@@ -16,6 +16,8 @@ def _options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--val-fraction", type=float, default=0.1, help="of each domain's train held out when there is no val file")
     p.add_argument("--oos", type=Path, default=None,
                    help="out-of-scope validation texts (JSONL/CSV): record an OOS threshold; predict then says 'out of scope'")
+    p.add_argument("--skip-invalid", action="store_true",
+                   help="leave out records with an empty text, label or domain (counted in the report) instead of refusing the file")
     fit_model_options(p)
 
 
@@ -28,6 +30,10 @@ def fit_model_options(p: argparse.ArgumentParser) -> None:
                    help="non-modular references trained and scored beside RED (default both; joint fine-tunes on all of train)")
     eval_option(p)
     model_options(p)
+    p.set_defaults(trainable_layers="auto")
+    p.add_argument("--max-length", type=int, default=None,
+                   help="tokens per text, longer ones cut (default: the fewest covering 99%% of the training texts, "
+                        "at most the backbone's limit)")
     router_option(p)
     p.add_argument("--router-option", dest="router_options", action="append", default=[], metavar="KEY=VALUE",
                    help="a setting of the router (repeatable): dense hidden=1024; labels source=classifier, temperature=0.5")
@@ -49,9 +55,10 @@ def _router_options(pairs: list[str]) -> dict:
 
 def fit_kwargs(args) -> dict:
     """The API's keyword arguments of the flags `fit_model_options` adds."""
-    return dict(backbone=args.backbone, pooling=args.pooling, trainable_layers=args.trainable_layers, rank=args.rank,
+    return dict(backbone=args.backbone, pooling=args.pooling, trainable_layers=args.trainable_layers,
+                max_length=args.max_length, rank=args.rank,
                 device=args.device, precision=args.precision, seed=args.seed, base_fraction=args.base_fraction,
-                router=args.router, max_epochs=args.max_epochs, eval_files=args.eval_files, references=tuple(args.references),
+                router=args.router, router_loss=args.router_loss, max_epochs=args.max_epochs, eval_files=args.eval_files, references=tuple(args.references),
                 router_options=_router_options(args.router_options))
 
 
@@ -60,4 +67,4 @@ def run(args) -> None:
     from redkit.api import fit
 
     fit(args.data, args.out, text_field=args.text_field, label_field=args.label_field, domain_field=args.domain_field,
-        val_fraction=args.val_fraction, oos=args.oos, **fit_kwargs(args))
+        val_fraction=args.val_fraction, oos=args.oos, skip_invalid=args.skip_invalid, **fit_kwargs(args))

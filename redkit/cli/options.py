@@ -24,11 +24,23 @@ def model_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--backbone", default=None, help="a Hugging Face model directory (default: embedded all-MiniLM-L6-v2)")
     p.add_argument("--pooling", choices=("mean", "last", "cls"), default="mean")
-    p.add_argument("--trainable-layers", type=int, default=2)
+    p.add_argument("--trainable-layers", type=layers_arg, default=2,
+                   help="backbone layers fine-tuned in stage base: N or all (default 2, the paper's; "
+                        "redkit fit's default, auto, settles it from the data)")
     p.add_argument("--rank", type=int, default=0, help="residual expert rank (default d/4)")
     p.add_argument("--device", default="cpu", help="cpu, cuda, cuda:1, ...")
     p.add_argument("--precision", choices=("fp32", "bf16"), default="fp32")
     p.add_argument("--max-epochs", type=int, default=None, help="cap every stage's epochs (quick runs)")
+
+
+def layers_arg(value: str) -> int | str:
+    """`--trainable-layers`: a number, `all` or `auto` (a fit run settles it from its data)."""
+    if value in ("all", "auto"):
+        return value
+    try:
+        return int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of layers, 'all' or 'auto', got {value!r}") from None
 
 
 def nproc_option(p: argparse.ArgumentParser) -> None:
@@ -38,7 +50,10 @@ def nproc_option(p: argparse.ArgumentParser) -> None:
 
 def router_option(p: argparse.ArgumentParser) -> None:
     p.add_argument("--router", default="dense", help="router and gate kind, from the zoo: dense (default), switch, top2, "
-                                                    "expert_choice, loss_free, spectra, prototype, arrow")
+                                                    "expert_choice, loss_free, spectra, prototype, arrow, labels, dense_labels")
+    p.add_argument("--router-loss", choices=("domain", "label", "label+domain"), default="domain",
+                   help="what RED's router is trained on, experts and C frozen: the domain label (default, the paper's), "
+                        "the label loss of the composition, or both")
 
 
 def eval_option(p: argparse.ArgumentParser) -> None:
@@ -54,9 +69,17 @@ def flag(p: argparse.ArgumentParser, name: str, **kwargs) -> None:
 
 def backbone_config(args: argparse.Namespace):
     from redkit.backbone import BackboneConfig
+    from redkit.backbone.locate import check_model_dir, default_backbone_path, num_layers
 
+    layers = args.trainable_layers
+    if layers == "auto":
+        raise RedkitError("--trainable-layers auto: only a fit run settles it from its data; give N or all")
+    if layers == "all":
+        path = Path(args.backbone) if args.backbone else default_backbone_path()
+        check_model_dir(path)
+        layers = num_layers(path)
     return BackboneConfig(path=str(Path(args.backbone).resolve()) if args.backbone else None, pooling=args.pooling,
-                          trainable_layers=args.trainable_layers, precision=args.precision)
+                          trainable_layers=layers, precision=args.precision)
 
 
 def staged_settings(config, args: argparse.Namespace):
@@ -80,7 +103,7 @@ def run_config(args: argparse.Namespace, task: str, data_task: str | None = None
     n = args.n if args.n is not None else TASKS[data_task].default_n
     config = (config_class or RunConfig)(task=task, seed=args.seed, data=DataConfig(task=data_task, n=n, seed=args.seed, split=args.split),
                                          backbone=backbone_config(args), expert_rank=args.rank, device=args.device,
-                                         router=args.router)
+                                         router=args.router, router_loss=args.router_loss)
     return staged_settings(config, args)
 
 

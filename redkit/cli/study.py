@@ -61,8 +61,9 @@ def ablation(args) -> None:
 
 
 def _seeds_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--task", default="task1", help="task1 | task2 | digits | clinc150 (at redkit fit's defaults)")
-    p.add_argument("--data", type=Path, default=None, help="clinc150: its data_full.json + domains.json (default ../shared/external/clinc150)")
+    p.add_argument("--task", default="task1", help="task1 | task2 | digits | clinc150 | fit (the last two at redkit fit's defaults)")
+    p.add_argument("--data", type=Path, default=None,
+                   help="clinc150: its data_full.json + domains.json (default ../shared/external/clinc150); fit: the data directory")
     p.add_argument("--seeds", type=int, default=5, help="replicates, seeds 0..N-1 (default 5)")
     p.add_argument("--out", type=Path, default=None, help="default runs/seeds-<task>")
     p.add_argument("--n", type=int, default=None, help="examples of a text task (default: the task's)")
@@ -82,6 +83,8 @@ def seeds(args) -> None:
 def _levers_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--run", required=True, type=Path, action="append",
                    help="a trained fit / clinc150 run (repeat: one per stage-base recipe; routing and expert levers use the first)")
+    p.add_argument("--replicate", type=Path, action="append", default=[],
+                   help="the first run's recipe at another seed (repeat): every lever is measured on it too, with paired tests")
 
 
 @sub_command(STUDIES, "levers", _levers_options)
@@ -89,7 +92,7 @@ def levers(args) -> None:
     from redkit.study import run_levers_study
     from redkit.study.levers import LeverConfig
 
-    run_levers_study(args.run, LeverConfig())
+    run_levers_study(args.run, LeverConfig(), replicates=args.replicate)
 
 
 def _lifecycle_options(p: argparse.ArgumentParser) -> None:
@@ -110,3 +113,26 @@ def lifecycle(args) -> None:
     run_lifecycle_study(args.run, LifecycleStudyConfig(domains=tuple(args.domain or ()), split=args.split,
                                                        joint_retrains=args.joint_retrains, joint_all_retrains=args.joint_all_retrains,
                                                        fresh_parents=args.fresh_parents))
+
+
+def _tuning_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--data", type=Path, default=None,
+                   help="a fit data directory (default: CLINC150 at ../shared/external/clinc150)")
+    p.add_argument("--data-format", choices=("files", "clinc150"), default=None, help="default: clinc150 without --data")
+    p.add_argument("--layers", nargs="+", default=["all"], help="trainable layers to try: N or all (default all)")
+    p.add_argument("--lr", dest="lrs", nargs="+", type=float, default=[5e-5, 1e-4, 2e-4], help="learning rates to try")
+    p.add_argument("--max-epochs", type=int, default=None, help="default: the recipe's, settled from the data")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--out", type=Path, default=Path("runs/tuning"))
+
+
+@sub_command(STUDIES, "tuning", _tuning_options)
+def tuning(args) -> None:
+    from redkit.cli.reproduce_clinc150 import DEFAULT_DATA
+    from redkit.study import run_tuning_study
+    from redkit.study.tuning import TuningConfig
+
+    data_format = args.data_format or ("files" if args.data else "clinc150")
+    config = TuningConfig(data_dir=str((args.data or DEFAULT_DATA).resolve()), data_format=data_format,
+                          layers=tuple(args.layers), lrs=tuple(args.lrs), max_epochs=args.max_epochs, seed=args.seed)
+    run_tuning_study(args.out, config)

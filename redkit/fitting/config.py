@@ -1,10 +1,16 @@
 """A fit run's settings: where its data came from, how to read it, and the classes and domains
 found in it (recorded, in the run's order, so that the run reads the same way whenever opened)."""
 
+import copy
 from dataclasses import dataclass, field
 
 from redkit.backbone import BackboneConfig
-from redkit.run import StagedConfig
+from redkit.fitting.recipe import TUNING
+from redkit.run import DEFAULT_STAGE_OVERRIDES, StagedConfig
+
+# A fit run's stages: the stages on cached features as every run trains them; stage base (and joint,
+# where it is trained apart) by the fine-tuning recipe of redkit/fitting/recipe.py.
+FIT_STAGE_OVERRIDES = copy.deepcopy(DEFAULT_STAGE_OVERRIDES) | {"base": dict(TUNING), "joint": dict(TUNING)}
 
 
 @dataclass
@@ -16,6 +22,7 @@ class FitConfig(StagedConfig):
     text_field: str = "text"
     label_field: str = "label"
     domain_field: str = "domain"
+    skip_invalid: bool = False  # records with an empty text, label or domain are left out (and counted), not refused
     val_fraction: float = 0.1  # of each domain's training examples, carved for validation when there is no val file
     labels: tuple[str, ...] = ()  # class c stands for labels[c]; found in the training file
     numeric_labels: bool = False  # every label is an integer: sorted numerically, predicted as ints
@@ -27,6 +34,7 @@ class FitConfig(StagedConfig):
     label_rows: dict[str, tuple[str, ...]] = field(default_factory=dict)  # domain -> the new labels its label_rows module outputs
     removed_labels: tuple[str, ...] = ()  # labels only removed domains had: masked, no composition predicts them
     backbone: BackboneConfig = field(default_factory=BackboneConfig)
+    stage_overrides: dict[str, dict] = field(default_factory=lambda: copy.deepcopy(FIT_STAGE_OVERRIDES))
     # Of train, stratified by domain, for stage base. 1.0 (stage base is then the joint model, and the
     # experts refine it), chosen on CLINC150's val by `redkit study levers` (docs/clinc150.md); the
     # paper's recipe is 0.1, which `--base-fraction 0.1` restores.

@@ -35,10 +35,11 @@ def split_file(directory: Path, name: str) -> Path | None:
 
 def load_fit_data(directory: Path, fields: Fields, seed: int, val_fraction: float,
                   domains: tuple[str, ...] | None = None, labels: tuple[str, ...] | None = None,
-                  numeric_labels: bool = False) -> FitData:
+                  numeric_labels: bool = False, skip_invalid: bool = False) -> FitData:
     """Read and check every split. `domains` / `labels` / `numeric_labels`: a run's own, when adding to it:
     the data's domains are then new ones, and its labels the run's followed by those it has never
-    seen (in `order_labels` order), which must be integers if the run's are (`numeric_labels`)."""
+    seen (in `order_labels` order), which must be integers if the run's are (`numeric_labels`).
+    `skip_invalid`: records with an empty text, label or domain are left out and counted in the notes."""
     directory = Path(directory)
     if not directory.is_dir():
         raise RedkitError(f"{directory}: no such data directory")
@@ -46,7 +47,8 @@ def load_fit_data(directory: Path, fields: Fields, seed: int, val_fraction: floa
     if train_path is None:
         raise RedkitError(f"{directory}: no train.jsonl or train.csv")
     reader = LabelReader()
-    train = read_records(train_path, fields, reader)
+    skipped: list[str] | None = [] if skip_invalid else None
+    train = read_records(train_path, fields, reader, skipped=skipped)
     found_labels, numeric = order_labels({r.answer for r in train})
     if labels is not None:
         unseen = {r.answer for r in train} - set(labels)
@@ -69,14 +71,18 @@ def load_fit_data(directory: Path, fields: Fields, seed: int, val_fraction: floa
         splits["train"], splits["val"] = carve(train, seed, val_fraction)
         notes.append(f"no val file: {len(splits['val'])} examples of train held out for validation, stratified by domain (seed {seed})")
     else:
-        splits["val"] = _checked(read_records(val_path, fields, reader), found_labels, found_domains, fields)
+        splits["val"] = _checked(read_records(val_path, fields, reader, skipped=skipped), found_labels, found_domains, fields)
         missing = sorted(set(found_domains) - {r.domain for r in splits["val"]})
         if missing:
             raise RedkitError(f"{val_path}: no example of domain {missing[0]!r}; its expert could not be validated")
     if test_path is None:
         notes.append("no test file: no test table")
     else:  # a label never seen in training is allowed here: it is scored as wrong
-        splits["test"] = _checked(read_records(test_path, fields, reader), None, found_domains, fields)
+        splits["test"] = _checked(read_records(test_path, fields, reader, skipped=skipped), None, found_domains, fields)
+    if skipped:
+        shown = ", ".join(skipped[:3]) + (f" and {len(skipped) - 3} more" if len(skipped) > 3 else "")
+        notes.append(f"--skip-invalid: {len(skipped)} record{'s' if len(skipped) > 1 else ''} with an empty text, label "
+                     f"or domain left out ({shown})")
     return FitData(splits, found_labels, numeric, found_domains, notes)
 
 
@@ -94,14 +100,14 @@ def clinc150_fit_data(directory: Path) -> FitData:
 
 
 def load_run_data(directory: Path, data_format: str, fields: Fields, seed: int, val_fraction: float,
-                  oos_file: Path | None = None) -> FitData:
+                  oos_file: Path | None = None, skip_invalid: bool = False) -> FitData:
     """A fit run's data, whatever its format: a directory of files ("files") or CLINC150 as its
     authors published it ("clinc150", whose out-of-scope splits come along); `oos_file` adds (or
     replaces) the out-of-scope validation texts the OOS threshold is chosen on."""
     if data_format == "clinc150":
         data = clinc150_fit_data(directory)
     elif data_format == "files":
-        data = load_fit_data(directory, fields, seed, val_fraction)
+        data = load_fit_data(directory, fields, seed, val_fraction, skip_invalid=skip_invalid)
     else:
         raise RedkitError(f"data format {data_format!r} is not one of: files, clinc150")
     if oos_file is not None:

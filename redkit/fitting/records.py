@@ -69,25 +69,39 @@ class LabelReader:
         return text
 
 
-def read_records(path: Path, fields: Fields, labels: LabelReader, need: tuple[str, ...] = ("label", "domain")) -> list[Record]:
+def _blank(value: Any) -> bool:
+    return value is None or (isinstance(value, str) and not value.strip())
+
+
+def read_records(path: Path, fields: Fields, labels: LabelReader, need: tuple[str, ...] = ("label", "domain"),
+                 skipped: list[str] | None = None) -> list[Record]:
     """Every record of a JSONL or CSV file. The text is always required; `need` names the other
-    fields every record must have (an evaluated file may lack domains)."""
+    fields every record must have (an evaluated file may lack domains). A record whose text (or a
+    needed field) is missing or empty is an error naming it, unless `skipped` is given: it is then
+    left out and its place ("file:line") appended to `skipped` (`--skip-invalid`)."""
     rows = _csv_rows(path, fields) if path.suffix.lower() == ".csv" else jsonl_objects(path)
     records = []
     for where, obj in rows:
         if not isinstance(obj, dict):
             raise RedkitError(f"{where}: expected a JSON object, got {type(obj).__name__}")
+        blank = [name for name in (fields.text, *(getattr(fields, role) for role in need)) if _blank(obj.get(name))]
+        if blank and skipped is not None:
+            skipped.append(where)
+            continue
         text = obj.get(fields.text)
         if not isinstance(text, str) or not text.strip():
-            raise RedkitError(f"{where}: missing text field '{fields.text}'" if text in (None, "") else
-                              f"{where}: field '{fields.text}' must be a non-empty string, got {text!r}")
+            if text is None:
+                raise RedkitError(f"{where}: missing text field '{fields.text}'")
+            raise RedkitError(f"{where}: field '{fields.text}' is empty (--skip-invalid drops such records and counts them)"
+                              if isinstance(text, str) else f"{where}: field '{fields.text}' must be a string, got {text!r}")
         values = {}
         for role in ("label", "domain"):
             name = getattr(fields, role)
             value = obj.get(name)
-            if value is None or value == "":
+            if _blank(value):
                 if role in need:
-                    raise RedkitError(f"{where}: missing {role} field '{name}'")
+                    raise RedkitError(f"{where}: missing {role} field '{name}'" if value is None else
+                                      f"{where}: {role} field '{name}' is empty (--skip-invalid drops such records and counts them)")
                 values[role] = None
             else:
                 values[role] = labels(value, where, name) if role == "label" else _domain(value, where, name)

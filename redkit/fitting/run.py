@@ -26,6 +26,7 @@ from redkit.space import LabelSpace
 @RUN_KINDS.register("fit")
 class FitRun(Run):
     config_class = FitConfig
+    reuse_prefix = True
 
     @property
     def fields(self) -> Fields:
@@ -39,7 +40,7 @@ class FitRun(Run):
         """The run's data directory read and checked again (nothing written)."""
         oos = Path(self.config.oos_file) if self.config.oos_file else None
         return load_run_data(Path(self.config.data_dir), self.config.data_format, self.fields, self.config.seed,
-                             self.config.val_fraction, oos)
+                             self.config.val_fraction, oos, skip_invalid=self.config.skip_invalid)
 
     def prepare_data(self, data: FitData | None = None) -> dict:
         """Write the splits once (from `data`, already read, or from the data directory); reruns reuse them."""

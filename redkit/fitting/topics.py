@@ -55,8 +55,10 @@ PREFIXES = ("", "", "hi, ", "hello, ", "please, ", "quick question: ", "hey ther
 SUFFIXES = ("", "", "?", " thanks", " asap", " please", " thank you!", " :)")
 
 
-def topic_records(n: int, domains: int, labels_per_domain: int, seed: int) -> list[dict]:
-    """`n` records {text, label, domain}, domains and labels drawn uniformly (deterministic in seed)."""
+def topic_records(n: int, domains: int, labels_per_domain: int, seed: int, sentences: int = 1) -> list[dict]:
+    """`n` records {text, label, domain}, domains and labels drawn uniformly (deterministic in seed);
+    each text `sentences` requests of its topic and intent in a row (25 make a text of about 300
+    words: the long-text speed benchmark's)."""
     if not 1 <= domains <= len(TOPICS) or not 1 <= labels_per_domain <= 5:
         raise ValueError(f"at most {len(TOPICS)} domains and 5 labels per domain")
     rng = random.Random(seed)
@@ -66,18 +68,19 @@ def topic_records(n: int, domains: int, labels_per_domain: int, seed: int) -> li
         topic = rng.choice(topics)
         slots, intents = TOPICS[topic]
         intent = rng.choice(list(intents)[:labels_per_domain])
-        text = rng.choice(PREFIXES) + rng.choice(intents[intent]).format(x=rng.choice(slots)) + rng.choice(SUFFIXES)
+        text = " ".join(rng.choice(PREFIXES) + rng.choice(intents[intent]).format(x=rng.choice(slots)) + rng.choice(SUFFIXES)
+                        for _ in range(sentences))
         records.append({"text": text, "label": intent, "domain": topic})
     return records
 
 
 def write_topics(directory: str | Path, train: int = 5000, val: int = 500, test: int = 500, domains: int = 5,
-                 labels_per_domain: int = 5, seed: int = 0) -> Path:
+                 labels_per_domain: int = 5, seed: int = 0, sentences: int = 1) -> Path:
     """DIR/train.jsonl, val.jsonl (unless val=0) and test.jsonl (unless test=0), each from its own seed."""
     directory = Path(directory)
     for offset, (name, n) in enumerate((("train", train), ("val", val), ("test", test))):
         if n:
-            rows = topic_records(n, domains, labels_per_domain, seed * 10 + offset)
+            rows = topic_records(n, domains, labels_per_domain, seed * 10 + offset, sentences)
             write_text(directory / f"{name}.jsonl", "".join(json.dumps(r) + "\n" for r in rows))
     return directory
 

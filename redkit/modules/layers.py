@@ -117,6 +117,7 @@ class RouterConfig:
     dim: int
     num_experts: int  # K
     hidden: int = 256
+    temperature: float = 1.0  # α = softmax(logits / T): T > 1 mixes more where the router is unsure (chosen on val)
 
 
 @ROUTERS.register("dense")
@@ -137,11 +138,12 @@ class Router(RouterBase):
         return self.net(h)
 
     def route(self, h: torch.Tensor) -> RouterOutput:
-        """Dense: the weights are the whole softmax; `selected` is the top-1 (what load metrics count)."""
+        """Dense: the weights are the whole softmax (of logits / T); `selected` is the top-1 (what
+        load metrics count). `logits` stay untempered: the domain loss is trained on them."""
         logits = self(h)
-        probs = torch.nn.functional.softmax(logits, dim=-1)
+        probs = torch.nn.functional.softmax(logits / self.config.temperature, dim=-1)
         return RouterOutput(probs, probs.argmax(dim=-1, keepdim=True), probs, logits, logits.new_zeros(()))
 
     def log_weights(self, out: RouterOutput) -> torch.Tensor:
-        """log softmax of the logits: exact where log(softmax) would underflow."""
-        return torch.nn.functional.log_softmax(out.logits, dim=-1)
+        """log softmax of the (tempered) logits: exact where log(softmax) would underflow."""
+        return torch.nn.functional.log_softmax(out.logits / self.config.temperature, dim=-1)

@@ -43,6 +43,12 @@ class RouterBase(nn.Module):
     def route(self, h: torch.Tensor) -> RouterOutput:  # (N, d) -> RouterOutput
         raise NotImplementedError(f"{type(self).__name__} must define route(h)")
 
+    @classmethod
+    def build(cls, run, role: str, **options) -> "RouterBase":
+        """A fresh router to train for `run` (role "router" or "gate"): from its config alone, unless
+        the router reads something of the run (a head it copies)."""
+        return cls(cls.Config(dim=run.feature_dim, num_experts=run.space.num_domains, **options))
+
     def log_weights(self, out: RouterOutput) -> torch.Tensor:
         """(N, K) log of the weights the mixture uses (an MoE gate's training loss mixes expert
         log-probabilities with them); a selected-out expert gets about -28."""

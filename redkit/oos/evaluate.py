@@ -2,53 +2,98 @@
 
 For each composition and score (redkit/oos/scores.py) the threshold is chosen on val (in-scope val
 + oos_val) and applied to test (+ oos_test); each composition keeps the score that did best on
-val. `<run>/oos.json` records {composition: {score, threshold}}: what `predict` answers "out of
-scope" under. Oracle compositions are left out: an out-of-scope query has no true domain.
+val. `<run>/oos.json` records {composition: {score, threshold[, stats]}} (stats: what the `views`
+score is standardised by, from val): what `predict` answers "out of scope" under. Oracle
+compositions are left out: an out-of-scope query has no true domain.
 """
 
 from pathlib import Path
+from typing import NamedTuple
 
-import numpy as np
 import torch
 
 from redkit.atomic import write_json
 from redkit.compositions import NEEDS_DOMAIN, compose
-from redkit.oos.scores import nearest_similarity, score_table
+from redkit.oos.scores import (nearest_in_domain, nearest_similarity, score_table, standardised_sum,
+                               standardising_stats)
 from redkit.oos.threshold import choose_threshold, oos_metrics, pooled_accuracy, tradeoff_curve
 
 OOS_FILE = "oos.json"
 
 
-def _scored(run, modules, names: list[str], split: str, examples: list | None, oos_split: str) -> dict:
-    """{name: (in-scope scores {score: (N,)}, correct (N,), OOS scores {score: (M,)})} of one split."""
+class Views(NamedTuple):
+    """What the nearest-neighbour scores compare a query with: the training texts' tuned features
+    (M, d) and domains (M,), and their pretrained (untuned) backbone's features (M, d')."""
+
+    bank: torch.Tensor
+    bank_domains: torch.Tensor
+    pretrained_bank: torch.Tensor
+
+
+def views_of(run) -> Views:
+    from redkit.references.linear_probe import frozen_features
+
+    h, _, domains = run.split_tensors("train")
+    texts = [ex.question for ex in run.splits["train"]]
+    return Views(h.to(run.device), domains.to(run.device), frozen_features(run, "train", texts).to(run.device))
+
+
+def composition_scores(composed, h: torch.Tensor, pretrained: torch.Tensor, views: Views,
+                       stats: dict | None = None) -> dict[str, torch.Tensor]:
+    """{score: (N,)} of one composition's output on queries with tuned features h (N, d) and pretrained
+    ones (N, d'): score_table's, the three nearest-neighbour scores, and `views` where `stats` (the
+    standardising statistics chosen on val) are given. knn_domain needs the router's weights."""
+    scores = score_table(composed.probs, composed.weights, h, views.bank)
+    scores["knn_pretrained"] = nearest_similarity(pretrained, views.pretrained_bank)
+    if composed.weights is not None:
+        scores["knn_domain"] = nearest_in_domain(h, composed.weights.argmax(dim=-1), views.bank, views.bank_domains)
+        if stats is not None:
+            scores["views"] = standardised_sum(scores, stats)
+    return scores
+
+
+def _scored(run, modules, names: list[str], split: str, examples: list | None, oos_split: str, views: Views) -> dict:
+    """{name: (in-scope scores {score: (N,)}, correct (N,), OOS scores {score: (M,)})} of one split
+    (without `views`: its standardising statistics come from val's in-scope scores)."""
+    from redkit.references.linear_probe import frozen_features
+
     texts = run.oos_texts[oos_split]
     h_in = run.features(split, examples).to(run.device)
     h_out = run.text_features(oos_split, texts).to(run.device)
+    f_in = frozen_features(run, split, [ex.question for ex in examples]).to(run.device)
+    f_out = frozen_features(run, oos_split, texts).to(run.device)
     truth = run.classes(examples).numpy()
-    bank = run.split_tensors("train")[0].to(run.device)  # (M, d): what the compositions were trained on
-    knn_in, knn_out = nearest_similarity(h_in, bank), nearest_similarity(h_out, bank)  # one per split, not per composition
     out = {}
     for name in names:
         composed_in = compose(name, modules, h_in, torch.zeros(len(h_in), dtype=torch.long, device=run.device))
         composed_out = compose(name, modules, h_out, torch.zeros(len(h_out), dtype=torch.long, device=run.device))
-        scores_in, correct, scores_out = _entry(composed_in.probs, composed_in.weights, composed_out.probs,
-                                                composed_out.weights, truth)
-        out[name] = (scores_in | {"knn": knn_in.cpu().numpy()}, correct, scores_out | {"knn": knn_out.cpu().numpy()})
+        scores_in = composition_scores(composed_in, h_in, f_in, views)
+        scores_out = composition_scores(composed_out, h_out, f_out, views)
+        correct = composed_in.probs.argmax(dim=-1).cpu().numpy() == truth
+        out[name] = (scores_in, correct, scores_out)
     if run.config.references and run.bundle is None:
         from redkit.references import REFERENCES
 
         for name in run.config.references:
             probs_in = REFERENCES[name].probs(run, split, [ex.question for ex in examples])
             probs_out = REFERENCES[name].probs(run, oos_split, texts)
-            out[name] = _entry(probs_in, None, probs_out, None, truth)
+            correct = probs_in.argmax(dim=-1).cpu().numpy() == truth
+            out[name] = (score_table(probs_in, None), correct, score_table(probs_out, None))
     return out
 
 
-def _entry(probs_in, weights_in, probs_out, weights_out, truth: np.ndarray) -> tuple:
-    correct = probs_in.argmax(dim=-1).cpu().numpy() == truth
-    scores_in = {k: v.cpu().numpy() for k, v in score_table(probs_in, weights_in).items()}
-    scores_out = {k: v.cpu().numpy() for k, v in score_table(probs_out, weights_out).items()}
-    return scores_in, correct, scores_out
+def _with_views(scored: dict, stats: dict) -> dict:
+    """Add the `views` score (with val's standardising `stats` per composition) where it applies."""
+    for name, (scores_in, _, scores_out) in scored.items():
+        if name in stats:
+            scores_in["views"] = standardised_sum(scores_in, stats[name])
+            scores_out["views"] = standardised_sum(scores_out, stats[name])
+    return scored
+
+
+def _numpy(scored: dict) -> dict:
+    return {name: ({k: v.cpu().numpy() for k, v in si.items()}, correct, {k: v.cpu().numpy() for k, v in so.items()})
+            for name, (si, correct, so) in scored.items()}
 
 
 def evaluate_oos(run, modules, names: list[str]) -> dict:
@@ -57,7 +102,10 @@ def evaluate_oos(run, modules, names: list[str]) -> dict:
     if "oos_val" not in run.oos_texts:
         return {}
     names = [n for n in names if n not in NEEDS_DOMAIN]
-    val = _scored(run, modules, names, "val", run.splits["val"], "oos_val")
+    views = views_of(run)
+    val = _scored(run, modules, names, "val", run.splits["val"], "oos_val", views)
+    stats = {name: standardising_stats(scores_in) for name, (scores_in, _, _) in val.items() if "knn_domain" in scores_in}
+    val = _numpy(_with_views(val, stats))
     chosen = {}
     for name, (scores_in, correct, scores_out) in val.items():
         best = None
@@ -67,18 +115,19 @@ def evaluate_oos(run, modules, names: list[str]) -> dict:
             if best is None or objective > best[0]:
                 best = (objective, score, tau)
         _, score, tau = best
-        chosen[name] = {"score": score, "threshold": tau,
+        chosen[name] = {"score": score, "threshold": tau, **({"stats": stats[name]} if score == "views" else {}),
                         "val": oos_metrics(tau, scores_in[score], correct, scores_out[score])}
     results = {"chosen": chosen, "test": {}, "curves": {}}
     if "test" in run.splits and "oos_test" in run.oos_texts:
-        test = _scored(run, modules, names, "test", run.splits["test"], "oos_test")
+        test = _numpy(_with_views(_scored(run, modules, names, "test", run.splits["test"], "oos_test", views), stats))
         for name, (scores_in, correct, scores_out) in test.items():
             tau = chosen[name]["threshold"]
             results["test"][name] = oos_metrics(tau, scores_in[chosen[name]["score"]], correct, scores_out[chosen[name]["score"]])
             results["test"][name]["score"] = chosen[name]["score"]
             results["curves"][name] = tradeoff_curve(scores_in[chosen[name]["score"]], correct, scores_out[chosen[name]["score"]])
     if run.bundle is None:
-        write_json(Path(run.dir) / OOS_FILE, {name: {"score": c["score"], "threshold": c["threshold"]} for name, c in chosen.items()})
+        write_json(Path(run.dir) / OOS_FILE, {name: {k: c[k] for k in ("score", "threshold", "stats") if k in c}
+                                              for name, c in chosen.items()})
     return results
 
 

@@ -1,23 +1,43 @@
 """How sure a composition is that a query is one of the run's labels: one score per example,
 higher = more in-scope. Pure functions over tensors.
 
-    msp       max_y p(y)                 the top probability (Larson et al.'s oos-threshold score)
-    router    max_k α_k                  how sure the router is of one domain (routed compositions)
-    product   max_y p(y) · max_k α_k     both must be sure
-    knn       cos(h, its nearest training feature)   how close the query lies to anything trained on
-                                         (Sun et al. 2022's nearest-neighbour score, k = 1, on the
-                                         composition's own features; not for the references, whose
-                                         features are their own)
+    msp             max_y p(y)                 the top probability (Larson et al.'s oos-threshold score)
+    router          max_k α_k                  how sure the router is of one domain (routed compositions)
+    product         max_y p(y) · max_k α_k     both must be sure
+    knn             cos(h, its nearest training feature)   how close the query lies to anything trained on
+                    (Sun et al. 2022's nearest-neighbour score, k = 1, on the run's tuned features)
+    knn_domain      cos(h, the nearest training feature *of the domain the router chose*): what the
+                    router knows, used: an out-of-scope query is far from the domain it is sent to
+    knn_pretrained  cos(f, its nearest training text) in the pretrained (untuned) backbone's embedding
+                    f: a second view, one the fine-tune never bent towards the training labels
+    views           z(knn_domain) + z(knn_pretrained): both views, each standardised by its mean and
+                    spread over the in-scope validation queries (where the threshold is chosen)
+
+The knn scores are not for the references, whose features are their own.
 """
 
 import torch
 from torch.nn import functional as F
+
+VIEWS = ("knn_domain", "knn_pretrained")  # what `views` adds up
 
 
 def nearest_similarity(h: torch.Tensor, bank: torch.Tensor, chunk: int = 2048) -> torch.Tensor:
     """(N,) cosine similarity of each row of h (N, d) to its nearest row of bank (M, d)."""
     bank = F.normalize(bank.float(), dim=-1)
     return torch.cat([(F.normalize(part.float(), dim=-1) @ bank.T).max(dim=-1).values for part in h.split(chunk)])
+
+
+def nearest_in_domain(h: torch.Tensor, domains: torch.Tensor, bank: torch.Tensor, bank_domains: torch.Tensor,
+                      chunk: int = 2048) -> torch.Tensor:
+    """(N,) cosine similarity of each row of h (N, d) to its nearest row of bank (M, d) among those of
+    its own domain: `domains` (N,) and `bank_domains` (M,) index the same domains."""
+    bank = F.normalize(bank.float(), dim=-1)
+    out = []
+    for part, part_domains in zip(h.split(chunk), domains.split(chunk)):
+        sims = F.normalize(part.float(), dim=-1) @ bank.T  # (n, M)
+        out.append(sims.masked_fill(part_domains[:, None] != bank_domains[None, :], -2.0).max(dim=-1).values)
+    return torch.cat(out) if out else h.new_zeros(0)
 
 
 def score_table(probs: torch.Tensor, weights: torch.Tensor | None, h: torch.Tensor | None = None,
@@ -32,3 +52,13 @@ def score_table(probs: torch.Tensor, weights: torch.Tensor | None, h: torch.Tens
     if h is not None and bank is not None:
         scores["knn"] = nearest_similarity(h, bank)
     return scores
+
+
+def standardised_sum(scores: dict[str, torch.Tensor], stats: dict[str, tuple[float, float]]) -> torch.Tensor:
+    """Σ_name (scores[name] − mean) / spread, over the names of `stats` {name: (mean, spread)}."""
+    return sum((scores[name] - mean) / spread for name, (mean, spread) in stats.items())
+
+
+def standardising_stats(scores: dict[str, torch.Tensor], names: tuple[str, ...] = VIEWS) -> dict[str, tuple[float, float]]:
+    """{name: (mean, standard deviation)} of in-scope scores: what `standardised_sum` divides by."""
+    return {name: (float(scores[name].float().mean()), float(scores[name].float().std().clamp(min=1e-6))) for name in names}

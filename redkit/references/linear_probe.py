@@ -28,7 +28,18 @@ def frozen_backbone(run) -> Backbone:
 
 
 def frozen_features(run, name: str, texts: list[str]) -> torch.Tensor:
-    return cached_features(run.cache_dir, frozen_backbone(run), texts, f"frozen-{name}")
+    # The frozen backbone's prefix is the tuned one's: texts stage base cached run its untuned top only.
+    return cached_features(run.cache_dir, frozen_backbone(run), texts, f"frozen-{name}",
+                           reuse_prefix=getattr(run, "reuse_prefix", False))
+
+
+def softmax_rows(coef: np.ndarray, intercept: np.ndarray, classes: int) -> tuple[np.ndarray, np.ndarray]:
+    """(classes, d) weights and (classes,) biases whose softmax is scikit-learn's predict_proba. With
+    two classes LogisticRegression keeps one row w (the log-odds of the second class): the rows
+    -w/2 and +w/2 give softmax = sigmoid(w·x + b), as predict_proba does; more classes keep one each."""
+    if classes == 2 and coef.shape[0] == 1:
+        return np.vstack([-coef / 2, coef / 2]), np.concatenate([-intercept / 2, intercept / 2])
+    return coef, intercept
 
 
 @STAGES.register("linear_probe")
@@ -52,11 +63,12 @@ def stage_linear_probe(run) -> dict:
             if best is None or accuracy > best[0]:
                 best = (accuracy, c, model)
         accuracy, c, model = best
+        coef, intercept = softmax_rows(model.coef_, model.intercept_, len(model.classes_))
         # logits = W (x - μ)/σ + b = (W/σ) x + (b - W μ/σ), over the classes seen in train (all of them)
         weight = np.zeros((run.space.num_classes, x.shape[1]))
         bias = np.full(run.space.num_classes, -1e4)
-        weight[model.classes_] = model.coef_ / scale
-        bias[model.classes_] = model.intercept_ - (model.coef_ / scale) @ mean
+        weight[model.classes_] = coef / scale
+        bias[model.classes_] = intercept - (coef / scale) @ mean
         head = MODULES["head"](MODULES["head"].Config(dim=x.shape[1], num_classes=run.space.num_classes))
         head.linear.weight.data = torch.tensor(weight, dtype=torch.float32)
         head.linear.bias.data = torch.tensor(bias, dtype=torch.float32)

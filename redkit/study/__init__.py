@@ -48,10 +48,19 @@ def run_seeds_study(out: Path, config: SeedsConfig, print_fn=print) -> dict:
     return result
 
 
-def run_levers_study(run_dirs: list[Path], config, print_fn=print) -> dict:
+def run_levers_study(run_dirs: list[Path], config, print_fn=print, replicates: list[Path] = ()) -> dict:
     from redkit.study.levers import levers_report, levers_study
 
-    result = levers_study([open_run(d) for d in run_dirs], config)
+    result = levers_study([open_run(d) for d in run_dirs], config, [open_run(d) for d in replicates])
     directory = write_study(run_dirs[0], "levers", result, levers_report)
+    print_fn((directory / "report.md").read_text())
+    return result
+
+
+def run_tuning_study(out: Path, config, print_fn=print) -> dict:
+    from redkit.study.tuning import tuning_report, tuning_study
+
+    result = tuning_study(out, config, print_fn)
+    directory = write_study(out, "tuning", result, tuning_report)
     print_fn((directory / "report.md").read_text())
     return result

@@ -64,7 +64,7 @@ def _has_modules(modules: ModuleSet, name: str) -> bool:
     if name in NEEDS_LABEL_DOMAINS and not run.space.class_domains:  # labels shared among domains: no red_within
         return False
     parts = {"heads": ("heads",), "residual": ("experts", "residual"), "logit": ("experts", "logit"),
-             "within": ("experts", "residual")}[routed.mixture]
+             "within": ("experts", "residual"), "residual_outputs": ("experts", "residual")}[routed.mixture]
     return module_exists(run.module_dir(routed.router)) and all(
         module_exists(run.module_dir(*parts, domain)) for domain in run.space.domains)
 

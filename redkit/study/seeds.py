@@ -42,34 +42,36 @@ CLINC_CLAIMS = (("red", "joint"), ("red_within", "joint"), ("red_within", "globa
                 ("red_within", "red"), ("joint", "linear_probe"))
 CLINC_COMPOSITIONS = ("global_full", "oracle", "moe", "red", "red_oracle", "red_within", "red_within_oracle",
                       "joint", "linear_probe")
-TASKS_REPLICATED = ("task1", "task2", "digits", "clinc150")
+TASKS_REPLICATED = ("task1", "task2", "digits", "clinc150", "fit")
 
 
 @dataclass
 class SeedsConfig:
-    task: str = "task1"  # task1 | task2 | digits | clinc150 (at `redkit fit`'s defaults)
+    task: str = "task1"  # task1 | task2 | digits | clinc150 | fit (your data directory, `data_dir`; both at `redkit fit`'s defaults)
     seeds: int = 5  # seeds 0 .. seeds-1
     n: int | None = None  # examples of a text task (default: the task's)
     data_seed: int = 0
     split: str = "test"
     max_epochs: int | None = None  # cap every stage (quick runs and tests)
-    data_dir: str | None = None  # clinc150: the directory of data_full.json and domains.json (default ../shared/external/clinc150)
+    data_dir: str | None = None  # clinc150: the directory of data_full.json and domains.json (default ../shared/external/clinc150); fit: DIR
 
     def __post_init__(self) -> None:
         if self.seeds < 2:
             raise RedkitError(f"--seeds {self.seeds}: a study of seeds needs at least 2")
         if self.task not in TASKS_REPLICATED:
             raise RedkitError(f"--task {self.task}: the seeds study replicates {', '.join(TASKS_REPLICATED)}")
-        if self.n is not None and self.task in ("digits", "clinc150"):
+        if self.n is not None and self.task in ("digits", "clinc150", "fit"):
             raise RedkitError(f"--n: a {self.task} run uses every example of its source")
+        if self.task == "fit" and not self.data_dir:
+            raise RedkitError("--task fit: give the data directory with --data DIR")
 
     @property
     def compositions(self) -> tuple[str, ...]:
-        return CLINC_COMPOSITIONS if self.task == "clinc150" else COMPOSITIONS
+        return CLINC_COMPOSITIONS if self.task in ("clinc150", "fit") else COMPOSITIONS
 
     @property
     def claims(self) -> tuple[tuple[str, str], ...]:
-        return CLINC_CLAIMS if self.task == "clinc150" else CLAIMS
+        return CLINC_CLAIMS if self.task in ("clinc150", "fit") else CLAIMS
 
 
 def replicate_config(config: SeedsConfig, seed: int) -> RunConfig | DigitsConfig:
@@ -86,8 +88,8 @@ def replicate(out: Path, config: SeedsConfig, seed: int) -> Run:
     """Train (or finish: every stage resumes) the run of one seed, on seed 0's data."""
     directory, first = out / f"seed-{seed}", out / "seed-0"
     quiet = lambda *_: None  # noqa: E731
-    if config.task == "clinc150":
-        return _replicate_clinc150(out, config, seed)
+    if config.task in ("clinc150", "fit"):
+        return _replicate_fit(out, config, seed)
     if config.task == "digits":
         if seed > 0 and not (directory / "splits.json").exists():
             link_or_copy(first / "splits.json", directory / "splits.json")
@@ -108,14 +110,26 @@ def _shared_cache(out: Path, directory: Path) -> None:
         os.symlink((out / "cache").resolve(), directory / "cache")
 
 
-def _replicate_clinc150(out: Path, config: SeedsConfig, seed: int):
-    """A CLINC150 fit run at `redkit fit`'s defaults with this seed (the data is the authors' split)."""
+def _replicate_fit(out: Path, config: SeedsConfig, seed: int):
+    """A fit run at `redkit fit`'s defaults with this seed: CLINC150 (the authors' split) or a data
+    directory (its val carved with the seed where it has no val file)."""
     from redkit.api import fit
 
     directory = out / f"seed-{seed}"
     _shared_cache(out, directory)
+    if config.task == "fit":
+        return fit(config.data_dir, directory, seed=seed, max_epochs=config.max_epochs, print_fn=lambda *_: None).run
     data_dir = config.data_dir or Path(__file__).resolve().parents[2].parent / "shared" / "external" / "clinc150"
     return fit(data_dir, directory, data_format="clinc150", seed=seed, max_epochs=config.max_epochs, print_fn=lambda *_: None).run
+
+
+def available(run, names: tuple[str, ...]) -> tuple[str, ...]:
+    """`names` this run can score: red_within and its oracle only where every label has one domain."""
+    from redkit.compositions import default_compositions
+    from redkit.references import REFERENCES
+
+    usable = set(default_compositions(run.space)) | {r for r in getattr(run.config, "references", ()) if r in REFERENCES}
+    return tuple(name for name in names if name in usable)
 
 
 def predictions(run, names: tuple[str, ...], split: str) -> tuple[dict[str, np.ndarray], np.ndarray]:
@@ -150,16 +164,17 @@ def seeds_study(out: Path, config: SeedsConfig, print_fn=print) -> dict:
         # seeds trained (it resumes) reports the training, not its own few seconds.
         wall[seed] = sum(runs[-1].timings.values())
         print_fn(f"[seed {seed}] done: its stages took {wall[seed]:.0f} s")
-    per_seed = [predictions(run, config.compositions, config.split) for run in runs]  # [({name: pred}, true)]
+    names = available(runs[0], config.compositions)
+    per_seed = [predictions(run, names, config.split) for run in runs]  # [({name: pred}, true)]
     per_composition = {}
-    for name in config.compositions:
+    for name in names:
         accuracy = [float((pred[name] == true).mean()) for pred, true in per_seed]
         macro_f1 = [float(f1_score(true, pred[name], labels=np.unique(true), average="macro", zero_division=0))
                     for pred, true in per_seed]
         per_composition[name] = {"accuracy": t_interval(accuracy) | {"per_seed": accuracy},
                                  "macro_f1": t_interval(macro_f1) | {"per_seed": macro_f1}}
     claims = []
-    for a, b in config.claims:
+    for a, b in [(a, b) for a, b in config.claims if a in names and b in names]:
         acc_a = np.array(per_composition[a]["accuracy"]["per_seed"])
         acc_b = np.array(per_composition[b]["accuracy"]["per_seed"])
         diffs = acc_a - acc_b

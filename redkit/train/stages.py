@@ -127,8 +127,9 @@ def prepare_base(run: Run, backbone=None, train_indices: list[int] | None = None
 def tune_top(run: Run, backbone, top_dir, clf_dir, stage: str, train_indices: list[int] | None = None,
              ranks: Ranks = Ranks()) -> dict:
     """Fine-tune `backbone`'s top-N layers and a fresh classifier over all the run's classes on
-    `train_indices` of train (default: the base subset), early-stopped on val's loss; save both to
-    `top_dir` / `clf_dir`. Stage base is this on the base subset; the `joint` reference on all of train."""
+    `train_indices` of train (default: the base subset), early-stopped on val (its loss, or its
+    accuracy: the stage's `select_by`); save both to `top_dir` / `clf_dir`. Stage base is this on the
+    base subset; the `joint` reference on all of train. The recipe is the stage's TrainConfig."""
     if ranks.is_writer:  # rank 0 builds the cache (if the launcher has not) before the others read it
         data = prepare_base(run, backbone, train_indices, stage)
     ranks.barrier()
@@ -139,26 +140,35 @@ def tune_top(run: Run, backbone, top_dir, clf_dir, stage: str, train_indices: li
     # Only these switch to training mode (dropout) and are checkpointed; the prefix stays frozen.
     trainable = nn.ModuleDict({"top": backbone.top_layers, "classifier": classifier})
 
+    train_config = run.config.train_config(stage)
+
     def batch_loss(idx: torch.Tensor) -> torch.Tensor:
         with backbone.autocast():
             logits = classifier(backbone(*data.train_states.batch(idx, run.device)))
-        return F.cross_entropy(logits.float(), data.train_y[idx].to(run.device))
+        return F.cross_entropy(logits.float(), data.train_y[idx].to(run.device), label_smoothing=train_config.label_smoothing)
 
-    def val_loss() -> float:
-        """The count-weighted mean loss over the distinct validation texts; each rank scores
-        every N-th chunk of 512 and the ranks' sums are added."""
-        total = 0.0
+    # With length-grouped batches validation goes in length order too (chunks of similar lengths pad
+    # less); otherwise in the texts' order, as runs made before the recipe existed scored it.
+    val_order = (torch.argsort(data.val_states.lengths(), stable=True) if train_config.length_grouped
+                 else torch.arange(len(data.val_y)))
+
+    def validate() -> dict[str, float]:
+        """The count-weighted mean loss (no smoothing) and accuracy over the distinct validation
+        texts; each rank scores every N-th chunk of 512 and the ranks' sums are added."""
+        loss, right = 0.0, 0.0
         for first in range(512 * ranks.rank, len(data.val_y), 512 * ranks.world):
-            idx = torch.arange(first, min(first + 512, len(data.val_y)))
+            idx = val_order[first:first + 512]
             with backbone.autocast():
-                logits = classifier(backbone(*data.val_states.batch(idx, run.device)))
-            losses = F.cross_entropy(logits.float(), data.val_y[idx].to(run.device), reduction="none")
-            total += (losses.cpu() * data.val_w[idx]).sum().item()
-        return ranks.sum([total])[0] / data.val_w.sum().item()
+                logits = classifier(backbone(*data.val_states.batch(idx, run.device))).float()
+            truth, weight = data.val_y[idx].to(run.device), data.val_w[idx]
+            loss += (F.cross_entropy(logits, truth, reduction="none").cpu() * weight).sum().item()
+            right += ((logits.argmax(dim=-1) == truth).cpu() * weight).sum().item()
+        loss, right = ranks.sum([loss, right])
+        return {"loss": loss / data.val_w.sum().item(), "accuracy": right / data.val_w.sum().item()}
 
-    result = fit(trainable, batch_loss, len(data.train_y), val_loss, run.config.train_config(stage),
+    result = fit(trainable, batch_loss, len(data.train_y), validate, train_config,
                  seed=run.config.seed, checkpoint_dir=clf_dir, desc=stage, log=run.log, head=classifier,
-                 ranks=ranks)
+                 ranks=ranks, lengths=data.train_states.lengths())
     backbone.eval()
     meta = _meta(run, classifier, "classifier", None, result, backbone.config.precision)
     meta.backbone_fingerprint = backbone.fingerprint()
@@ -173,6 +183,7 @@ def tune_top(run: Run, backbone, top_dir, clf_dir, stage: str, train_indices: li
     save_module(clf_dir, classifier.cpu(), meta)
     Checkpoint(clf_dir).remove()
     return {"epochs": result.epochs, "best_epoch": result.best_epoch, "best_val_loss": result.best_val_loss,
+            **({"best_val_accuracy": result.best_val_accuracy} if result.best_val_accuracy is not None else {}),
             "examples": len(data.train_y)}
 
 
@@ -262,7 +273,7 @@ def make_router(run: StageRun, role: str) -> RouterBase:
     cls, options = ROUTERS[run.config.router], run.config.router_options
     if cls.training_free:
         return cls.from_run(run, role, **options)
-    return cls(cls.Config(dim=run.feature_dim, num_experts=run.space.num_domains, **options))
+    return cls.build(run, role, **options)
 
 
 def _fit_router(run: StageRun, stage: str, router: RouterBase, loss_fn: Callable, train: tuple, val: tuple, seed_offset: int) -> dict:
@@ -276,17 +287,54 @@ def _fit_router(run: StageRun, stage: str, router: RouterBase, loss_fn: Callable
     return {"module": str(directory), "epochs": 0, "best_val_loss": val_loss, "training_free": True}
 
 
+ROUTER_LOSSES = ("domain", "label", "label+domain")
+
+
+def composition_loss(classifier: nn.Module, with_domain: bool) -> Callable:
+    """RED's label loss through the frozen composition, as a router's training objective:
+    CE(C(h + Σ_i α_i Δh_i), y) with α the router's weights and Δh (N, K, d) the frozen experts'
+    updates, computed once; plus the domain loss where asked, and the router's auxiliary loss."""
+    def loss(router: RouterBase, h: torch.Tensor, y: torch.Tensor, d: torch.Tensor, updates: torch.Tensor) -> torch.Tensor:
+        out = router.route(h)
+        label = F.cross_entropy(classifier(h + (out.weights.unsqueeze(-1) * updates).sum(dim=1)), y)
+        return label + (F.cross_entropy(out.logits, d) if with_domain else 0.0) + out.aux_loss
+
+    return loss
+
+
 @STAGES.register("router")
 def stage_router(run: StageRun) -> dict:
-    """RED's router: trained after the experts are frozen, supervised on the range label."""
+    """RED's router: trained after the experts are frozen, on the domain label (the paper's), on the
+    label loss of the frozen composition, or on both (`config.router_loss`)."""
     def work() -> dict:
-        h, _, d = run.split_tensors("train")
-        vh, _, vd = run.split_tensors("val")
+        h, y, d = run.split_tensors("train")
+        vh, vy, vd = run.split_tensors("val")
         torch.manual_seed(run.config.seed * 1000 + 300)
-        # RED's router objective: CE on the domain, plus the router's auxiliary loss (0 for dense)
-        return _fit_router(run, "router", make_router(run, "router"), router_loss, (h, d), (vh, vd), 300)
+        router = make_router(run, "router")
+        objective = getattr(run.config, "router_loss", "domain")
+        if objective not in ROUTER_LOSSES:
+            raise RedkitError(f"router_loss {objective!r} is not one of {', '.join(ROUTER_LOSSES)}")
+        if objective == "domain":  # CE on the domain, plus the router's auxiliary loss (0 for dense)
+            return _fit_router(run, "router", router, router_loss, (h, d), (vh, vd), 300)
+        classifier = load_classifier(run).requires_grad_(False)
+        experts = [e.requires_grad_(False) for e in load_residual_experts(run)]
+        with torch.no_grad():
+            updates, val_updates = (torch.stack([e(x.to(run.device)) for e in experts], dim=1).cpu() for x in (h, vh))
+        return _fit_router(run, "router", router, composition_loss(classifier, objective == "label+domain"),
+                           (h, y, d, updates), (vh, vy, vd, val_updates), 300)
 
     return timed(run, "router", work)
+
+
+def load_residual_experts(run: StageRun) -> list[nn.Module]:
+    """Every domain's residual expert, in domain order (what RED's router weighs)."""
+    experts = []
+    for name in run.space.domains:
+        path = run.module_dir("experts", "residual", name)
+        if not module_exists(path):
+            raise RedkitError(f"{path}: missing; run stage experts first")
+        experts.append(load_module(path, run.fingerprint, run.feature_dim)[0].to(run.device))
+    return experts
 
 
 def load_heads(run: StageRun) -> list[nn.Module]:

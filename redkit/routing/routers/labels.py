@@ -8,6 +8,11 @@ features; the default) or `classifier` (stage base's C). Nothing is trained: it 
 run (`from_run`) as the prototype and arrow routers are, and it copies G's weights so that the saved
 router is self-contained. α is soft (the full domain marginal), so that with `red_within`
 (p(y) = α_{d(y)} p_{d(y)}(y)) an uncertain domain keeps both candidates; `selected` is its top domain.
+
+`dense_labels` is a trained router that reads G's label distribution as well as h (the "refined
+experts" of hierarchical classification, Bennett & Nguyen 2009: a node's classifier sees the flat
+classifier's predictions): a two-layer MLP over [h, log softmax(G(h))], trained like the dense
+router. It needs no label structure, so it also routes where domains share labels.
 """
 
 from dataclasses import dataclass
@@ -53,15 +58,69 @@ class LabelRouter(RouterBase):
 
     @classmethod
     def from_run(cls, run, role: str, source: str = "global_full", temperature: float = 1.0) -> "LabelRouter":
-        from redkit.compositions import ModuleSet
-
-        if source not in SOURCES:
-            raise RedkitError(f"label router source {source!r} is not one of: {', '.join(SOURCES)}")
-        modules = ModuleSet(run)
-        head = modules.global_head() if source == "global_full" else modules.classifier()
         mask = run.space.domain_mask()  # (K, C); a RedkitError where labels are shared among domains
         router = cls(LabelRouterConfig(dim=run.feature_dim, num_experts=run.space.num_domains,
                                        num_classes=run.space.num_classes, source=source, temperature=temperature))
-        router.head.load_state_dict(head.linear.state_dict())
+        router.head.load_state_dict(global_head_weights(run, source))
         router.membership.copy_(mask.float())
         return router.requires_grad_(False).eval()
+
+
+def global_head_weights(run, source: str) -> dict[str, torch.Tensor]:
+    """The state of the run's head G that a label-reading router copies: the global head on all of
+    train (`global_full`) or stage base's classifier C (`classifier`)."""
+    from redkit.compositions import ModuleSet
+
+    if source not in SOURCES:
+        raise RedkitError(f"label router source {source!r} is not one of: {', '.join(SOURCES)}")
+    modules = ModuleSet(run)
+    head = modules.global_head() if source == "global_full" else modules.classifier()
+    return head.linear.state_dict()
+
+
+@dataclass
+class DenseLabelsConfig:
+    dim: int
+    num_experts: int  # K
+    num_classes: int = 0  # C of the head it reads
+    hidden: int = 256
+    source: str = "global_full"  # SOURCES: which head's label distribution it reads
+    temperature: float = 1.0  # α = softmax(logits / T)
+
+
+@register_router("dense_labels")
+class DenseLabelsRouter(RouterBase):
+    """α = softmax(MLP([h, log softmax(G(h))]) / T): the dense router, reading G's label distribution
+    too. G is a frozen copy (not trained with the router)."""
+
+    Config = DenseLabelsConfig
+
+    def __init__(self, config: DenseLabelsConfig):
+        super().__init__()
+        self.config = config
+        self.head = torch.nn.Linear(config.dim, config.num_classes).requires_grad_(False)  # G, copied from the run
+        self.net = torch.nn.Sequential(torch.nn.Linear(config.dim + config.num_classes, config.hidden), torch.nn.GELU(),
+                                       torch.nn.Linear(config.hidden, config.num_experts))
+
+    def forward(self, h: torch.Tensor) -> torch.Tensor:  # (N, d) -> (N, K) logits
+        return self.net(torch.cat([h, F.log_softmax(self.head(h), dim=-1)], dim=-1))
+
+    def route(self, h: torch.Tensor) -> RouterOutput:
+        logits = self(h)
+        probs = F.softmax(logits / self.config.temperature, dim=-1)
+        return RouterOutput(probs, probs.argmax(dim=-1, keepdim=True), probs, logits, logits.new_zeros(()))
+
+    def log_weights(self, out: RouterOutput) -> torch.Tensor:
+        return F.log_softmax(out.logits / self.config.temperature, dim=-1)
+
+    def train(self, mode: bool = True) -> "DenseLabelsRouter":
+        super().train(mode)
+        self.head.eval()  # G stays as it was trained
+        return self
+
+    @classmethod
+    def build(cls, run, role: str, **options) -> "DenseLabelsRouter":
+        router = cls(DenseLabelsConfig(dim=run.feature_dim, num_experts=run.space.num_domains,
+                                       num_classes=run.space.num_classes, **options))
+        router.head.load_state_dict(global_head_weights(run, router.config.source))
+        return router
