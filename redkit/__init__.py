@@ -4,7 +4,7 @@ from redkit.kernels import reproducible
 
 __version__ = "0.1.0"
 
-# Importing redkit changes no environment variable and no torch state (DESIGN.md decision 13): the
+# Importing redkit changes no environment variable and no torch state (docs/guides/design.md, decision 13): the
 # CLI chooses torch's CPU kernels, and API users who want the CLI's bits call redkit.reproducible()
 # before they import torch.
 _API = ("fit", "load", "FittedRun", "Prediction")  # redkit.api

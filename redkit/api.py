@@ -1,26 +1,16 @@
 """The Python API, for notebooks and scripts; the CLI's fit, eval and predict are thin layers over it.
 
-    run = redkit.fit("data/mine", out="runs/mine")          # train every stage on your labelled text
-    run = redkit.load("runs/mine")                           # any fit, task1/task2 or steps run
-    run.predict(["my card was charged twice"])               # [Prediction(label, probability, weights)]
-    run.evaluate("data/mine/test.jsonl")                     # {composition: metrics}
+run = redkit.fit("data/mine", out="runs/mine")          # train every stage on your labelled text
+run = redkit.load("runs/mine")                           # any fit, task1/task2 or steps run
+run.predict(["my card was charged twice"])               # [Prediction(label, probability, weights)]
+run.evaluate("data/mine/test.jsonl")                     # {composition: metrics}
 """
 
-from dataclasses import dataclass, field
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 from redkit.errors import RedkitError
-
-
-@dataclass(frozen=True)
-class Prediction:
-    label: str | int  # the predicted class (an int where the run's labels are all integers)
-    probability: float | None  # the composition's probability of that label (None: a steps run's executed chain)
-    weights: dict[str, float]  # expert weight by domain name (a steps run: its last step's)
-    steps: list = field(default_factory=list)  # a steps run's executed steps (StepTrace), in order
-    program: object = None  # a steps run's decomposed Program
-    out_of_scope: bool | None = None  # under the run's OOS threshold for this composition (None: the run has none)
+from redkit.prediction import Prediction
 
 
 class FittedRun:
@@ -45,6 +35,10 @@ class FittedRun:
     def domains(self) -> tuple[str, ...]:
         return self.run.space.domains
 
+    def label_details(self, label) -> dict:
+        """What the run's kind says of a label beside its name (Task 1/2: the answer's range)."""
+        return self.run.label_details(label)
+
     def _label(self, cls: int):
         value = self.run.space.value_of(cls)
         return int(value) if getattr(self.run.config, "numeric_labels", True) else value
@@ -55,12 +49,12 @@ class FittedRun:
 
         from redkit.compositions import COMPOSITIONS, ModuleSet, compose
         from redkit.features import encode
-        from redkit.steps import StepsRun
 
         COMPOSITIONS[composition]  # an unknown name fails before any work
         texts = [texts] if isinstance(texts, str) else list(texts)
-        if isinstance(self.run, StepsRun):
-            return [self._predict_steps(text, composition) for text in texts]
+        own = self.run.predict_texts(texts, composition)  # a kind that answers otherwise (steps)
+        if own is not None:
+            return own
         modules = ModuleSet(self.run)
         h = encode(self.run.backbone, texts).to(self.run.device)  # (N, d)
         with torch.no_grad():
@@ -70,9 +64,15 @@ class FittedRun:
         weights = composed.weights if composed.weights is not None else alpha_router
         probs = composed.probs.cpu()
         rejected = self._out_of_scope(composition, composed, h, texts)
-        return [Prediction(self._label(int(p.argmax())), float(p.max()), dict(zip(self.domains, map(float, w))),
-                           out_of_scope=None if rejected is None else bool(r))
-                for p, w, r in zip(probs, weights.cpu(), rejected if rejected is not None else [None] * len(probs))]
+        return [
+            Prediction(
+                self._label(int(p.argmax())),
+                float(p.max()),
+                dict(zip(self.domains, map(float, w))),
+                out_of_scope=None if rejected is None else bool(r),
+            )
+            for p, w, r in zip(probs, weights.cpu(), rejected if rejected is not None else [None] * len(probs))
+        ]
 
     def _out_of_scope(self, composition: str, composed, h, texts: list[str]):
         """(N,) bool: below the composition's OOS threshold (`<run>/oos.json`, chosen on val +
@@ -97,26 +97,26 @@ class FittedRun:
             score = composition_scores(composed, h, pretrained, views_of(self.run), stats)[chosen["score"]]
         return (score < chosen["threshold"]).cpu().tolist()
 
-    def _predict_steps(self, text: str, composition: str) -> Prediction:
-        from redkit.steps.questions import explain
+    def red_model(self, kind: str = "residual"):
+        """The run's RED model (redkit.REDModel: C, its `kind` experts and router), with a model card:
+        `save_pretrained(DIR)` writes it, `REDModel.from_pretrained(DIR)` reads it back."""
+        from redkit.run.red import red_model
 
-        program, trace = explain(self.run, text, composition)
-        last = trace[int(program.answer_var[1:]) - 1]
-        weights = dict(zip(self.domains, map(float, last.weights))) if last.weights is not None else {}
-        return Prediction(last.value, None, weights, list(trace), program)
+        return red_model(self.run, kind)
+
+    def sequence_classifier(self, red=None):
+        """The run's tuned backbone, tokenizer and pooling around its RED model (or `red`, one loaded
+        with from_pretrained): takes `input_ids`, `attention_mask` (`tokenize(texts)`), and `labels`."""
+        from redkit.run.red import sequence_classifier
+
+        return sequence_classifier(self.run, red)
 
     def compositions(self) -> tuple[list[str], list[str]]:
         """(the compositions this run can evaluate by default, those it cannot): every one, except
         that a bundle exported without heads lacks the modules of moe, oracle, the global heads..."""
-        from redkit.compositions import ModuleSet, available_compositions, default_compositions
-        from redkit.steps import StepsRun
+        from redkit.compositions import ModuleSet, available_compositions
 
-        if isinstance(self.run, StepsRun):
-            from redkit.steps.benchmark import MODES
-
-            default = list(MODES.values())
-        else:
-            default = default_compositions(self.run.space)
+        default = self.run.default_compositions()
         if getattr(self.run, "bundle", None) is None:
             return default, []
         return available_compositions(ModuleSet(self.run), default)
@@ -126,31 +126,25 @@ class FittedRun:
         run's file needs text and label (its domain only for the oracle compositions); a label
         never seen in training counts as wrong, and each composition's `unseen_labels` counts them.
         A steps run decomposes and executes the file's questions (evaluate_questions' result)."""
-        from redkit.compositions import COMPOSITIONS, ModuleSet
-        from redkit.steps import StepsRun
+        from redkit.compositions import COMPOSITIONS
 
-        path = Path(path)
         names = list(compositions or self.compositions()[0])
         for name in names:
             COMPOSITIONS[name]  # unknown names fail before any work
-        if isinstance(self.run, StepsRun):
-            from redkit.data.records import read_jsonl
-            from redkit.steps.questions import evaluate_questions
-
-            # Any integer answer: a question answered by decomposition is not bound to 2..100.
-            return evaluate_questions(self.run, read_jsonl(path, answers=None), names)
-        from redkit.pipeline import evaluate_file
-
-        return evaluate_file(self.run, ModuleSet(self.run), path, names)
+        return self.run.evaluate_file(Path(path), names)
 
 
 def load(path: str | Path) -> FittedRun:
     """Open a trained fit, task1/task2 or steps run (a digits run takes images, not text)."""
-    from redkit.open_run import open_run
+    from redkit.plugins import load_plugins
+    from redkit.run import open_run
 
+    load_plugins()
     run = open_run(Path(path))
-    if run.config.task == "digits":  # (by its task: importing redkit.digits costs predict a second)
-        raise RedkitError(f"{path} is a digits run: its images are evaluated by `redkit reproduce digits`, not from text")
+    if not hasattr(run, "backbone") or not hasattr(run, "text_features"):
+        raise RedkitError(
+            f"{path} is a {run.config.task} run: it does not take text (it is evaluated by its own benchmark)"
+        )
     return FittedRun(run)
 
 
@@ -163,16 +157,36 @@ def _check_router_options(router: str, options: dict) -> None:
     known = {f.name for f in fields(ROUTERS[router].Config)} - {"dim", "num_experts", "num_classes"}
     for key in options:
         if key not in known:
-            raise RedkitError(f"--router-option {key}: router {router!r} has no such setting (known: {', '.join(sorted(known))})")
+            raise RedkitError(
+                f"--router-option {key}: router {router!r} has no such setting (known: {', '.join(sorted(known))})"
+            )
 
 
-def fit_setup(data_dir: str | Path, *, text_field: str = "text", label_field: str = "label",
-              domain_field: str = "domain", backbone: str | Path | None = None, pooling: str = "mean",
-              trainable_layers: int | str = "auto", max_length: int | None = None, rank: int = 0, device: str = "cpu",
-              precision: str = "fp32", seed: int = 0, base_fraction: float = 1.0, val_fraction: float = 0.1,
-              router: str = "dense", router_loss: str = "domain", max_epochs: int | None = None, oos: str | Path | None = None,
-              data_format: str = "files", references: Sequence[str] = ("joint", "linear_probe"),
-              router_options: dict | None = None, skip_invalid: bool = False):
+def fit_setup(
+    data_dir: str | Path,
+    *,
+    text_field: str = "text",
+    label_field: str = "label",
+    domain_field: str = "domain",
+    backbone: str | Path | None = None,
+    pooling: str = "mean",
+    trainable_layers: int | str = "auto",
+    max_length: int | None = None,
+    rank: int = 0,
+    device: str = "cpu",
+    precision: str = "fp32",
+    seed: int = 0,
+    base_fraction: float = 1.0,
+    val_fraction: float = 0.1,
+    router: str = "dense",
+    router_loss: str = "domain",
+    max_epochs: int | None = None,
+    oos: str | Path | None = None,
+    data_format: str = "files",
+    references: Sequence[str] = ("joint", "linear_probe"),
+    router_options: dict | None = None,
+    skip_invalid: bool = False,
+):
     """(FitConfig, FitData): DATA_DIR read and checked, and what is `auto` settled from its training
     texts (redkit/fitting/recipe.py), before anything is written. `fit` trains from these."""
     from redkit.backbone import BackboneConfig
@@ -200,20 +214,49 @@ def fit_setup(data_dir: str | Path, *, text_field: str = "text", label_field: st
         raise RedkitError(f"--max-length {max_length}: must be in 1..{length_limit(model_dir)} for {model_dir.name}")
     data_dir = Path(data_dir).resolve()
     oos = Path(oos).resolve() if oos else None
-    data = load_run_data(data_dir, data_format, Fields(text_field, label_field, domain_field), seed, val_fraction, oos,
-                         skip_invalid=skip_invalid)
+    data = load_run_data(
+        data_dir,
+        data_format,
+        Fields(text_field, label_field, domain_field),
+        seed,
+        val_fraction,
+        oos,
+        skip_invalid=skip_invalid,
+    )
     texts = [r.question for r in data.splits["train"]]
-    settled = settle(token_lengths(model_dir, texts), num_layers(model_dir), length_limit(model_dir), max_length, layers)
+    settled = settle(
+        token_lengths(model_dir, texts), num_layers(model_dir), length_limit(model_dir), max_length, layers
+    )
     data.notes.append(settled.line(len(texts)))
-    config = FitConfig(seed=seed, expert_rank=rank, device=device, router=router, router_loss=router_loss, data_dir=str(data_dir),
-                       data_format=data_format, oos_file=str(oos) if oos else None,
-                       text_field=text_field, label_field=label_field, domain_field=domain_field, val_fraction=val_fraction,
-                       labels=data.labels, numeric_labels=data.numeric_labels, domains=data.domains,
-                       label_domains=label_domains(data), skip_invalid=skip_invalid,
-                       backbone=BackboneConfig(path=str(Path(backbone).resolve()) if backbone else None, pooling=pooling,
-                                               trainable_layers=settled.trainable_layers, precision=precision,
-                                               max_length=settled.max_length),
-                       base_fraction=base_fraction, references=tuple(references), router_options=dict(router_options or {}))
+    config = FitConfig(
+        seed=seed,
+        expert_rank=rank,
+        device=device,
+        router=router,
+        router_loss=router_loss,
+        data_dir=str(data_dir),
+        data_format=data_format,
+        oos_file=str(oos) if oos else None,
+        text_field=text_field,
+        label_field=label_field,
+        domain_field=domain_field,
+        val_fraction=val_fraction,
+        labels=data.labels,
+        numeric_labels=data.numeric_labels,
+        domains=data.domains,
+        label_domains=label_domains(data),
+        skip_invalid=skip_invalid,
+        backbone=BackboneConfig(
+            path=str(Path(backbone).resolve()) if backbone else None,
+            pooling=pooling,
+            trainable_layers=settled.trainable_layers,
+            precision=precision,
+            max_length=settled.max_length,
+        ),
+        base_fraction=base_fraction,
+        references=tuple(references),
+        router_options=dict(router_options or {}),
+    )
     for stage in ("base", "joint"):
         config.stage_overrides[stage]["max_epochs"] = settled.epochs
     config.cap_epochs(max_epochs)
@@ -231,8 +274,9 @@ def _trainable_layers(value: int | str, total: int) -> int | None:
     return value
 
 
-def fit(data_dir: str | Path, out: str | Path, *, eval_files: Sequence[str | Path] = (), print_fn=print,
-        **settings) -> FittedRun:
+def fit(
+    data_dir: str | Path, out: str | Path, *, eval_files: Sequence[str | Path] = (), print_fn=print, **settings
+) -> FittedRun:
     """Train every stage of RED and its baselines on DATA_DIR's train (val, test) files into OUT.
     Everything is read and checked before anything is written: a bad line, field or option is one
     RedkitError and leaves OUT as it was. Rerunning resumes; finished stages are never redone.

@@ -7,9 +7,10 @@ crash or a kill at any moment loses at most the file being written and never cor
 import json
 import os
 import tempfile
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import Any
 
 
 @contextmanager

@@ -1,31 +1,33 @@
 """Compositions: how trained modules are recombined into one predictor, chosen by name.
 
-Each takes the module set, features h (N, d) and the true range labels (N,) (used only by the
+Each takes the module set, features h (N, d) and the true domain labels (N,) (used only by the
 oracle variants) and returns `Composed(probs (N, C), weights (N, K) or None)`.
 
-    global_10pct  softmax(C(h))                              the weak global head of stage base
-    global_full   softmax(G(h))                              a global head trained on all of train
-    oracle        softmax(E_true(h))                         per-range heads, true range given
-    uniform       (1/K) Σ softmax(E_i(h))                    parameter-free ensemble
-    moe           Σ α_i softmax(E_i(h)),  α = gate(h)        classical softmax MoE
-    red           softmax(C(h + Σ α_i Δh_i(h))), α = router  Residual Expert Decomposition
-    red_oracle    RED with α = one-hot(true range)
-    red_uniform   RED with α = 1/K ("AllFix")
-    red_logits    softmax(C(h) + Σ α_i W_i h)                the original code's logit-space residual
-    red_within    Σ_i α_i softmax_{y∈D_i}(C(h + Δh_i(h)))    RED where each label belongs to one domain D_i:
-                  p(y) = α_{d(y)} · p_{d(y)}(y), each expert predicting within its own domain's labels
-    red_within_oracle  the same with α = one-hot(true domain)
-    red_mixture   Σ_i α_i softmax(C(h + Δh_i(h)))            RED mixing its experts' output distributions
-                  instead of their updates (a soft mixture where the router is unsure)
-    domain_oracle softmax over the true domain's labels of C(h)   no expert at all: what knowing the domain
-                  is worth by itself (where each label belongs to one domain), beside red_oracle
+    base_classifier        softmax(C(h))                                stage base's classifier C alone
+    global_head            softmax(G(h))                                a head trained on all of train
+    oracle                 softmax(E_true(h))                           per-domain heads, true domain given
+    uniform                (1/K) Σ softmax(E_i(h))                      parameter-free ensemble of the heads
+    moe                    Σ α_i softmax(E_i(h)), α = gate(h)           classical softmax MoE
+    red                    softmax(C(h + Σ α_i Δh_i(h))), α = router    Residual Expert Decomposition
+    red_oracle             RED with α = one-hot(true domain)
+    red_uniform            RED with α = 1/K ("AllFix")
+    red_logit_experts      softmax(C(h) + Σ α_i W_i h)                  the original code's logit-space experts
+    red_per_domain         Σ_i α_i softmax_{y∈D_i}(C(h + Δh_i(h)))      where each label belongs to one domain
+                           D_i: p(y) = α_{d(y)} · p_{d(y)}(y), each expert predicting its own domain's labels
+    red_per_domain_oracle  the same with α = one-hot(true domain)
+    red_mixture            Σ_i α_i softmax(C(h + Δh_i(h)))              RED mixing its experts' predictions
+                           instead of their updates (a soft mixture where the router is unsure)
+    domain_oracle          softmax over the true domain's labels of C(h)  no expert: what knowing the domain
+                           is worth by itself (where each label belongs to one domain), beside red_oracle
 
 Each multi-expert composition is a `Mixture` (what the K experts output, how α combines it) and
-a source of α: a trained router (`ROUTED`: red, moe, red_logits, the ones routing noise acts on),
-the true domain (oracles) or 1/K (uniform).
+a source of α: a trained router (`ROUTED`: red, moe, red_logit_experts, red_per_domain, red_mixture:
+the ones routing noise acts on), the true domain (oracles) or 1/K (uniform). The names before
+redkit 0.2 (global_10pct, global_full, red_within, red_logits) are still read (`OLD_NAMES`).
 """
 
-from typing import TYPE_CHECKING, Callable, NamedTuple
+from collections.abc import Callable
+from typing import NamedTuple
 
 import torch
 from torch import nn
@@ -37,9 +39,7 @@ from redkit.modules.store import load_module, module_exists
 from redkit.red import REDModel
 from redkit.red.layer import weighted
 from redkit.registry import Registry
-
-if TYPE_CHECKING:
-    from redkit.run import Run
+from redkit.train.stage_run import StageRun
 
 
 class Composed(NamedTuple):
@@ -53,16 +53,21 @@ class MissingModule(RedkitError):
 
     def __init__(self, module: str, composition: str | None = None):
         self.module, self.composition = module, composition
-        hint = ("export with --heads" if module.startswith("modules/heads/")
-                else "the run it was exported from has none either")
-        super().__init__(f"{composition + ' needs ' if composition else ''}{module} which this bundle does not have; {hint}")
+        hint = (
+            "export with --heads"
+            if module.startswith("modules/heads/")
+            else "the run it was exported from has none either"
+        )
+        super().__init__(
+            f"{composition + ' needs ' if composition else ''}{module} which this bundle does not have; {hint}"
+        )
 
 
 class ModuleSet:
     """Every trained module of a run, loaded lazily (a composition loads only what it uses) and
     checked against the run's backbone fingerprint and width."""
 
-    def __init__(self, run: "Run"):
+    def __init__(self, run: StageRun):
         self.run = run
         self._loaded: dict[str, nn.Module] = {}
         self._red: dict[str, REDModel] = {}
@@ -93,8 +98,12 @@ class ModuleSet:
 
     def experts(self, kind: str) -> list[nn.Module]:
         fill = 0.0  # a logit expert trained before later labels existed does not correct them
-        return [self._load("experts", kind, name) if kind == "residual" else widened(self.run, self._load("experts", kind, name), fill)
-                for name in self.run.space.domains]
+        return [
+            self._load("experts", kind, name)
+            if kind == "residual"
+            else widened(self.run, self._load("experts", kind, name), fill)
+            for name in self.run.space.domains
+        ]
 
     def heads(self) -> list[nn.Module]:
         return [widened(self.run, self._load("heads", name), float("-inf")) for name in self.run.space.domains]
@@ -103,7 +112,7 @@ class ModuleSet:
         return widened(self.run, self._load("heads", "global_full"), float("-inf"))
 
     def red(self, kind: str) -> REDModel:
-        """The run's RED model over its `kind` experts (residual, or logit: red_logits), without the
+        """The run's RED model over its `kind` experts (residual, or logit: red_logit_experts), without the
         router: a composition gives it α (the router's, the true domain, 1/K)."""
         if kind not in self._red:
             self._red[kind] = REDModel.from_parts(self.classifier(), self.experts(kind), tuple(self.run.space.domains))
@@ -116,10 +125,24 @@ class ModuleSet:
         return self._load("gate")
 
 
-COMPOSITIONS: Registry[Callable[[ModuleSet, torch.Tensor, torch.Tensor], Composed]] = Registry("composition")
+# Names before redkit 0.2, still read from a run's results.json or asked for by --composition.
+OLD_NAMES = {
+    "global_10pct": "base_classifier",
+    "global_full": "global_head",
+    "red_within": "red_per_domain",
+    "red_within_oracle": "red_per_domain_oracle",
+    "red_logits": "red_logit_experts",
+}
+COMPOSITIONS: Registry[Callable[[ModuleSet, torch.Tensor, torch.Tensor], Composed]] = Registry("composition", OLD_NAMES)
+
+
+def current_names(table: dict) -> dict:
+    """A table keyed by composition names (a results.json split, say) with old names made current."""
+    return {OLD_NAMES.get(name, name): value for name, value in table.items()}
 
 
 # ---- mixtures: K experts' outputs, combined by weights α -------------------------------------------
+
 
 class Mixture(NamedTuple):
     """What K experts contribute and how weights α combine it, apart from where α comes from (the
@@ -127,7 +150,9 @@ class Mixture(NamedTuple):
     `outputs` runs the experts once; `mix` is cheap, so a study can re-mix under many α."""
 
     outputs: Callable[[ModuleSet, torch.Tensor], torch.Tensor]  # h (N, d) -> (N, K, ·)
-    mix: Callable[[ModuleSet, torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]  # (h, outputs, α (N, K)) -> probs (N, C)
+    mix: Callable[
+        [ModuleSet, torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor
+    ]  # (h, outputs, α (N, K)) -> probs (N, C)
 
 
 def _head_probs(modules: ModuleSet, h: torch.Tensor) -> torch.Tensor:
@@ -136,8 +161,10 @@ def _head_probs(modules: ModuleSet, h: torch.Tensor) -> torch.Tensor:
 
 def _red_mixture(kind: str) -> Mixture:
     """RED's mixture, run by the one REDModel: its experts' updates (N, K, ·), then softmax of its mix."""
-    return Mixture(lambda m, h: m.red(kind).expert_updates(h),
-                   lambda m, h, updates, alpha: F.softmax(m.red(kind).mix(h, updates, alpha), dim=-1))
+    return Mixture(
+        lambda m, h: m.red(kind).expert_updates(h),
+        lambda m, h, updates, alpha: F.softmax(m.red(kind).mix(h, updates, alpha), dim=-1),
+    )
 
 
 def _expert_logits(modules: ModuleSet, h: torch.Tensor) -> torch.Tensor:
@@ -165,12 +192,14 @@ MIXTURES: dict[str, Mixture] = {
     # Σ_i α_i softmax_{y∈D_i}(C(h + Δh_i(h))): RED with the label structure (each label in one domain)
     "within": Mixture(_expert_logits, _within_domains),
     # Σ_i α_i softmax(C(h + Δh_i(h))): RED's experts' own predictions, mixed
-    "residual_outputs": Mixture(lambda m, h: F.softmax(_expert_logits(m, h), dim=-1),
-                                lambda m, h, probs, alpha: weighted(probs, alpha)),
+    "residual_outputs": Mixture(
+        lambda m, h: F.softmax(_expert_logits(m, h), dim=-1), lambda m, h, probs, alpha: weighted(probs, alpha)
+    ),
 }
 
 
 # ---- where α comes from --------------------------------------------------------------------------
+
 
 class Routed(NamedTuple):
     """A composition whose α is softmax of a trained router's logits: the ones routing noise acts on."""
@@ -179,7 +208,7 @@ class Routed(NamedTuple):
     router: str  # "router" (RED's, domain-supervised) or "gate" (MoE's, trained on the task loss)
 
 
-ROUTED: Registry[Routed] = Registry("routed composition")
+ROUTED: Registry[Routed] = Registry("routed composition", OLD_NAMES)
 
 
 def router_logits(modules: ModuleSet, router: str, h: torch.Tensor) -> torch.Tensor:
@@ -203,20 +232,28 @@ def uniform_alpha(n: int, k: int, device: torch.device) -> torch.Tensor:
     return torch.full((n, k), 1.0 / k, device=device)
 
 
-AlphaNoise = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]  # (router logits (N, K), true domains (N,)) -> α (N, K)
+AlphaNoise = Callable[
+    [torch.Tensor, torch.Tensor], torch.Tensor
+]  # (router logits (N, K), true domains (N,)) -> α (N, K)
 
 
 def _register_routed(name: str, mixture: str, router: str) -> None:
     ROUTED.register(name)(Routed(mixture, router))
 
-    def composition(modules: ModuleSet, h: torch.Tensor, labels: torch.Tensor, alpha_noise: AlphaNoise | None = None) -> Composed:
-        alpha = alpha_noise(router_logits(modules, router, h), labels) if alpha_noise else router_alpha(modules, router, h)
+    def composition(
+        modules: ModuleSet, h: torch.Tensor, labels: torch.Tensor, alpha_noise: AlphaNoise | None = None
+    ) -> Composed:
+        alpha = (
+            alpha_noise(router_logits(modules, router, h), labels) if alpha_noise else router_alpha(modules, router, h)
+        )
         return Composed(MIXTURES[mixture].mix(modules, h, MIXTURES[mixture].outputs(modules, h), alpha), alpha)
 
     COMPOSITIONS.register(name)(composition)
 
 
-def _register_fixed(name: str, mixture: str, alpha_of: Callable[[ModuleSet, torch.Tensor, torch.Tensor], torch.Tensor]) -> None:
+def _register_fixed(
+    name: str, mixture: str, alpha_of: Callable[[ModuleSet, torch.Tensor, torch.Tensor], torch.Tensor]
+) -> None:
     def composition(modules: ModuleSet, h: torch.Tensor, labels: torch.Tensor) -> Composed:
         alpha = alpha_of(modules, h, labels)
         return Composed(MIXTURES[mixture].mix(modules, h, MIXTURES[mixture].outputs(modules, h), alpha), alpha)
@@ -224,26 +261,37 @@ def _register_fixed(name: str, mixture: str, alpha_of: Callable[[ModuleSet, torc
     COMPOSITIONS.register(name)(composition)
 
 
-COMPOSITIONS.register("global_10pct")(lambda m, h, y: Composed(F.softmax(m.base_classifier()(h), dim=-1), None))
-COMPOSITIONS.register("global_full")(lambda m, h, y: Composed(F.softmax(m.global_head()(h), dim=-1), None))
+COMPOSITIONS.register("base_classifier")(lambda m, h, y: Composed(F.softmax(m.base_classifier()(h), dim=-1), None))
+COMPOSITIONS.register("global_head")(lambda m, h, y: Composed(F.softmax(m.global_head()(h), dim=-1), None))
 _register_fixed("oracle", "heads", lambda m, h, y: one_hot_alpha(y, m.run.space.num_domains))
 _register_fixed("uniform", "heads", lambda m, h, y: uniform_alpha(len(h), m.run.space.num_domains, h.device))
 _register_routed("moe", "heads", "gate")
 _register_routed("red", "residual", "router")
 _register_fixed("red_oracle", "residual", lambda m, h, y: one_hot_alpha(y, m.run.space.num_domains))
 _register_fixed("red_uniform", "residual", lambda m, h, y: uniform_alpha(len(h), m.run.space.num_domains, h.device))
-_register_routed("red_logits", "logit", "router")
-_register_routed("red_within", "within", "router")
+_register_routed("red_logit_experts", "logit", "router")
+_register_routed("red_per_domain", "within", "router")
 _register_routed("red_mixture", "residual_outputs", "router")
-_register_fixed("red_within_oracle", "within", lambda m, h, y: one_hot_alpha(y, m.run.space.num_domains))
+_register_fixed("red_per_domain_oracle", "within", lambda m, h, y: one_hot_alpha(y, m.run.space.num_domains))
+
+
 def _domain_oracle(modules: ModuleSet, h: torch.Tensor, labels: torch.Tensor) -> Composed:
     mask = modules.run.space.domain_mask().to(h.device)[labels]  # (N, C): the labels of each example's true domain
     return Composed(F.softmax(modules.classifier()(h).masked_fill(~mask, float("-inf")), dim=-1), None)
 
 
 COMPOSITIONS.register("domain_oracle")(_domain_oracle)
-NEEDS_DOMAIN = ("oracle", "red_oracle", "red_within_oracle", "domain_oracle")  # the compositions given each example's true domain
-NEEDS_LABEL_DOMAINS = ("red_within", "red_within_oracle", "domain_oracle")  # every label in one domain (LabelSpace.class_domains)
+NEEDS_DOMAIN = (
+    "oracle",
+    "red_oracle",
+    "red_per_domain_oracle",
+    "domain_oracle",
+)  # the compositions given each example's true domain
+NEEDS_LABEL_DOMAINS = (
+    "red_per_domain",
+    "red_per_domain_oracle",
+    "domain_oracle",
+)  # every label in one domain (LabelSpace.class_domains)
 
 
 def default_compositions(space) -> list[str]:
@@ -253,7 +301,9 @@ def default_compositions(space) -> list[str]:
 
 
 @torch.no_grad()
-def compose(name: str, modules: ModuleSet, h: torch.Tensor, labels: torch.Tensor, alpha_noise: AlphaNoise | None = None) -> Composed:
+def compose(
+    name: str, modules: ModuleSet, h: torch.Tensor, labels: torch.Tensor, alpha_noise: AlphaNoise | None = None
+) -> Composed:
     """Composition `name` on features h (N, d). `alpha_noise` replaces softmax(router logits) of a
     routed composition (a routing-noise study); a composition without a router refuses it."""
     try:

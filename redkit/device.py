@@ -16,8 +16,10 @@ def resolve_device(name: object, where: str) -> torch.device:
     except RuntimeError:
         raise RedkitError(f"{where} = {name[:60]!r} is not a torch device (cpu, cuda, cuda:1, mps, ...)") from None
     if device.type == "cuda" and not torch.cuda.is_available():
-        raise RedkitError(f"{where} = {name!r}, but this torch sees no CUDA GPU; use --device cpu "
-                          "(or set \"device\": \"cpu\" in the run's config.json)")
+        raise RedkitError(
+            f"{where} = {name!r}, but this torch sees no CUDA GPU; use --device cpu "
+            '(or set "device": "cpu" in the run\'s config.json)'
+        )
     if device.type == "cuda" and device.index is not None and device.index >= torch.cuda.device_count():
         raise RedkitError(f"{where} = {name!r}, but this machine has {torch.cuda.device_count()} CUDA GPU(s)")
     if device.type == "mps" and not torch.backends.mps.is_available():

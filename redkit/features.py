@@ -42,7 +42,7 @@ def encode(backbone: Backbone, texts: list[str], batch_size: int = 256, desc: st
     device = next(backbone.parameters()).device
     out = torch.empty(len(distinct), backbone.hidden_size)
     for first in tqdm(range(0, len(order), batch_size), desc=desc, unit="batch", leave=False, dynamic_ncols=True):
-        chunk = order[first:first + batch_size]
+        chunk = order[first : first + batch_size]
         enc = backbone.tokenize([distinct[i] for i in chunk])
         with backbone.autocast():
             h = backbone(enc["input_ids"].to(device), enc["attention_mask"].to(device))
@@ -62,7 +62,9 @@ def store_features(path: Path, h: torch.Tensor) -> None:
 
 
 @torch.inference_mode()
-def encode_from_prefix(backbone: Backbone, states: "PrefixStates", batch_size: int = 256, desc: str = "encode") -> torch.Tensor:
+def encode_from_prefix(
+    backbone: Backbone, states: "PrefixStates", batch_size: int = 256, desc: str = "encode"
+) -> torch.Tensor:
     """(N, d) pooled features of texts whose frozen-prefix states are cached: only the layers above
     the prefix run (the frozen ones ran once, when stage base cached them)."""
     order = torch.argsort(states.lengths(), stable=True)  # similar lengths pad less
@@ -74,7 +76,9 @@ def encode_from_prefix(backbone: Backbone, states: "PrefixStates", batch_size: i
     return out
 
 
-def cached_features(cache_dir: Path, backbone: Backbone, texts: list[str], name: str, reuse_prefix: bool = False) -> torch.Tensor:
+def cached_features(
+    cache_dir: Path, backbone: Backbone, texts: list[str], name: str, reuse_prefix: bool = False
+) -> torch.Tensor:
     """`encode`, through a cache file keyed by (backbone fingerprint, data hash, pooling). With
     `reuse_prefix`, texts whose frozen-prefix states a stage cached run through the top layers only
     (the same features up to float rounding: the batches pad differently)."""
@@ -127,7 +131,9 @@ class PrefixStates:
 
     @classmethod
     @torch.inference_mode()
-    def build(cls, cache_dir: Path, backbone: Backbone, texts: list[str], name: str, batch_size: int = 256) -> "PrefixStates":
+    def build(
+        cls, cache_dir: Path, backbone: Backbone, texts: list[str], name: str, batch_size: int = 256
+    ) -> "PrefixStates":
         path = Path(cache_dir) / f"prefix-{name}-{cls._key(backbone, texts)}.safetensors"
         if path.is_file():
             return cls._load(path)
@@ -137,7 +143,9 @@ class PrefixStates:
             return cls(ids, mask, None)
         device = next(backbone.parameters()).device
         states = torch.empty(*ids.shape, backbone.hidden_size)
-        for first in tqdm(range(0, len(texts), batch_size), desc=f"prefix {name}", unit="batch", leave=False, dynamic_ncols=True):
+        for first in tqdm(
+            range(0, len(texts), batch_size), desc=f"prefix {name}", unit="batch", leave=False, dynamic_ncols=True
+        ):
             sl = slice(first, first + batch_size)
             states[sl] = backbone.run_prefix(ids[sl].to(device), mask[sl].to(device)).float().cpu()
         with atomic_path(path) as tmp:
@@ -148,7 +156,9 @@ class PrefixStates:
         """(N,) each text's length in tokens (what length-grouped batches sort by)."""
         return self.attention_mask.sum(dim=1)
 
-    def batch(self, index: torch.Tensor, device: torch.device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    def batch(
+        self, index: torch.Tensor, device: torch.device
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
         """Rows `index`, cut to the longest real length among them (padding costs compute)."""
         mask = self.attention_mask[index]
         length = int(mask.sum(dim=1).max())

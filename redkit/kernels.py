@@ -5,7 +5,7 @@ Same seed, same numbers, on any x86-64 CPU: PyTorch picks its CPU kernels by ins
 seed and data give other bits, and after thousands of steps other accuracies (the same Task 1 code
 and seed gave MoE 0.9914 on one machine, 0.9919 on another). On this project's machines the choice
 costs no speed, and every x86-64 CPU of the last decade has AVX2, so the CLI asks for it (see
-docs/reproducibility.md). ATen reads the choice once, when it first picks a kernel (the first
+docs/guides/reproducibility.md). ATen reads the choice once, when it first picks a kernel (the first
 tensor operation after `import torch`); results.json records the kernels in use (provenance
 "cpu_capability").
 """
@@ -31,7 +31,10 @@ def reproducible(capability: str = CAPABILITY) -> str | None:
     if torch is not None:
         in_use = torch.backends.cpu.get_cpu_capability()
         if in_use.lower() != wanted.lower():
-            warnings.warn(f"redkit.reproducible(): torch already runs {in_use} kernels, not {wanted} (it picks them at its "
-                          f"first operation); call it before `import torch`, or set ATEN_CPU_CAPABILITY={wanted}",
-                          RuntimeWarning, stacklevel=2)
+            warnings.warn(
+                f"redkit.reproducible(): torch already runs {in_use} kernels, not {wanted} (it picks them at its "
+                f"first operation); call it before `import torch`, or set ATEN_CPU_CAPABILITY={wanted}",
+                RuntimeWarning,
+                stacklevel=2,
+            )
     return wanted

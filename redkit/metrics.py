@@ -1,55 +1,25 @@
-"""Metrics of predicted vs true values, in numpy (DESIGN.md decisions 1 and 5); a leaf that runs,
-benchmarks and redkit/evaluate.py all use.
+"""Metrics of predicted vs true values, in numpy; a leaf that runs, benchmarks and
+redkit/evaluate.py all use. Macro-F1 is over the classes with support in the evaluated subset
+(scikit-learn).
 
-- exact accuracy: the predicted answer is the true answer (the model's task);
-- range accuracy: the predicted answer lies in the true answer's range;
-- macro-F1 over the classes with support in the evaluated subset (scikit-learn), and the paper's
-  per-range F1 over all 99 classes (≈0.2 at best, since a range holds ~20 of them) beside it;
-- accuracy and F1 per range, and accuracy at the answers either side of a range boundary.
-
-`classification_metrics` is the general-purpose counterpart for benchmarks whose classes are few
-and each belongs to one domain (the digits: 10 classes, 5 label pairs): precision, recall and F1
-per class, their macro and weighted means, and the confusion matrix, overall and per domain.
+    label_metrics           a run whose classes are names: accuracy, macro-F1, unseen labels counted
+    classification_metrics  precision, recall and F1 per class, their macro and weighted means and the
+                            confusion matrix, overall and per domain (classes each in one domain)
+    accuracy_by             accuracy within each group of examples sharing a key
 """
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 from sklearn.metrics import confusion_matrix, f1_score, precision_recall_fscore_support
 
-from redkit.data.vocabulary import BOUNDARY_ANSWERS, MAX_ANSWER, MIN_ANSWER, RANGES, SHORT_NAMES
 from redkit.space import UNSEEN
 
 
-def _macro_f1(true: np.ndarray, pred: np.ndarray, all_classes: bool = False) -> float:
-    labels = np.arange(MIN_ANSWER, MAX_ANSWER + 1) if all_classes else np.unique(true)
+def macro_f1(true: np.ndarray, pred: np.ndarray, labels: np.ndarray | None = None) -> float:
+    """Macro-F1 over `labels` (default: the classes with support in `true`)."""
+    labels = np.unique(true) if labels is None else labels
     return float(f1_score(true, pred, labels=labels, average="macro", zero_division=0))
-
-
-def _range_of(answers: np.ndarray) -> np.ndarray:
-    """Label 0..4 of each answer's range; -1 below 2..100 and 5 above it (no range)."""
-    return np.where(answers < MIN_ANSWER, -1, np.searchsorted([hi for _, hi in RANGES], answers))
-
-
-def prediction_metrics(pred_answers: np.ndarray, true_answers: np.ndarray) -> dict:
-    """Metrics of predicted vs true answers (N,), as values (not class indices)."""
-    true_ranges = _range_of(true_answers)
-    out = {"n": int(len(true_answers)),
-           "accuracy": float((pred_answers == true_answers).mean()),
-           "range_accuracy": float((_range_of(pred_answers) == true_ranges).mean()),
-           "macro_f1": _macro_f1(true_answers, pred_answers),
-           "per_range": {}, "boundary": {}}
-    for label, name in enumerate(SHORT_NAMES):
-        rows = true_ranges == label
-        if rows.any():
-            out["per_range"][name] = {"n": int(rows.sum()), "accuracy": float((pred_answers[rows] == true_answers[rows]).mean()),
-                                      "macro_f1": _macro_f1(true_answers[rows], pred_answers[rows]),
-                                      "macro_f1_99": _macro_f1(true_answers[rows], pred_answers[rows], all_classes=True)}
-    for answer in BOUNDARY_ANSWERS:
-        rows = true_answers == answer
-        if rows.any():
-            out["boundary"][str(answer)] = {"n": int(rows.sum()), "accuracy": float((pred_answers[rows] == answer).mean())}
-    return out
 
 
 def label_metrics(pred: np.ndarray, true: np.ndarray) -> dict:
@@ -57,12 +27,16 @@ def label_metrics(pred: np.ndarray, true: np.ndarray) -> dict:
     label the run never saw in training (UNSEEN) counts as wrong, is left out of the macro-F1's
     mean (no prediction can hit it) and is counted apart."""
     seen = true != UNSEEN
-    return {"n": int(len(true)), "accuracy": float((pred == true).mean()),
-            "macro_f1": _macro_f1(true[seen], pred[seen]) if seen.any() else 0.0, "unseen_labels": int((~seen).sum())}
+    return {
+        "n": int(len(true)),
+        "accuracy": float((pred == true).mean()),
+        "macro_f1": macro_f1(true[seen], pred[seen]) if seen.any() else 0.0,
+        "unseen_labels": int((~seen).sum()),
+    }
 
 
 def _scores(pred: np.ndarray, true: np.ndarray, num_classes: int) -> dict:
-    """Accuracy, macro / weighted P-R-F1 over the classes with support here (DESIGN decision 5),
+    """Accuracy, macro / weighted P-R-F1 over the classes with support here (docs/guides/design.md, decision 5),
     per-class scores of those classes, and the full (C, C) confusion matrix (rows true, columns
     predicted), so that matrices of different subsets add up."""
     present = np.unique(true)
@@ -71,8 +45,10 @@ def _scores(pred: np.ndarray, true: np.ndarray, num_classes: int) -> dict:
         p, r, f, _ = precision_recall_fscore_support(true, pred, labels=present, average=average, zero_division=0)
         out |= {f"{average}_precision": float(p), f"{average}_recall": float(r), f"{average}_f1": float(f)}
     p, r, f, support = precision_recall_fscore_support(true, pred, labels=present, average=None, zero_division=0)
-    out["per_class"] = {str(c): {"precision": float(p[i]), "recall": float(r[i]), "f1": float(f[i]), "support": int(support[i])}
-                        for i, c in enumerate(present)}
+    out["per_class"] = {
+        str(c): {"precision": float(p[i]), "recall": float(r[i]), "f1": float(f[i]), "support": int(support[i])}
+        for i, c in enumerate(present)
+    }
     out["confusion_matrix"] = confusion_matrix(true, pred, labels=np.arange(num_classes)).tolist()
     return out
 
@@ -91,12 +67,18 @@ def classification_metrics(pred: np.ndarray, true: np.ndarray, domain_of_class: 
         rows = domain_of[true] == domain
         if rows.any():
             per_domain[domain] = _scores(pred[rows], true[rows], num_classes) | {
-                "domain_accuracy": float((domain_of[pred[rows]] == domain).mean())}
+                "domain_accuracy": float((domain_of[pred[rows]] == domain).mean())
+            }
     return {"overall": overall, "per_domain": per_domain}
 
 
 def accuracy_by(pred: np.ndarray, true: np.ndarray, keys: list[str]) -> dict[str, dict]:
     """Exact accuracy within each group of examples sharing a key (e.g. number of operands)."""
     keys_array = np.asarray(keys)
-    return {key: {"n": int((keys_array == key).sum()), "accuracy": float((pred[keys_array == key] == true[keys_array == key]).mean())}
-            for key in sorted(set(keys), key=lambda k: (len(k), k))}
+    return {
+        key: {
+            "n": int((keys_array == key).sum()),
+            "accuracy": float((pred[keys_array == key] == true[keys_array == key]).mean()),
+        }
+        for key in sorted(set(keys), key=lambda k: (len(k), k))
+    }

@@ -1,9 +1,8 @@
 """What a run predicts (its classes) and how its data is divided among experts (its domains).
 
-Task 1 predicts 99 exact answers with one expert per answer range; the digits benchmark predicts
-10 digits with one expert per label pair; decomposed execution predicts every value a step of a
-chain can take (-148..200) with one expert per operation. The stages and compositions only ever
-ask a run for its `LabelSpace`.
+A text run predicts its labels with one expert per domain found in the data; the paper's
+benchmarks predict values (Task 1: 99 exact answers with one expert per answer range). The stages
+and compositions only ever ask a run for its `LabelSpace`.
 
 Classes are consecutive integer values: class c stands for the value `first_value + c` (answers
 2..100: first_value 2; digits 0..9: first_value 0), or, in a run fitted on someone's labelled
@@ -14,7 +13,6 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from redkit.data.vocabulary import MAX_ANSWER, MIN_ANSWER, NUM_CLASSES, RANGES, SHORT_NAMES
 from redkit.errors import RedkitError
 
 
@@ -30,19 +28,27 @@ class LabelSpace:
     class_domains: tuple[int, ...] = ()
 
     @classmethod
-    def of_labels(cls, labels: tuple[str, ...], domains: tuple[str, ...], label_domains: tuple[str, ...] = ()) -> "LabelSpace":
+    def of_labels(
+        cls, labels: tuple[str, ...], domains: tuple[str, ...], label_domains: tuple[str, ...] = ()
+    ) -> "LabelSpace":
         """The space whose classes are named labels (a fit run's, in the order recorded in the run);
         `label_domains`: the one domain of each label, where each has one."""
-        return cls(num_classes=len(labels), domains=tuple(domains), labels=tuple(labels),
-                   class_domains=tuple(domains.index(d) if d in domains else -1 for d in label_domains))
+        return cls(
+            num_classes=len(labels),
+            domains=tuple(domains),
+            labels=tuple(labels),
+            class_domains=tuple(domains.index(d) if d in domains else -1 for d in label_domains),
+        )
 
     def domain_mask(self):
         """(K, C) bool tensor: class c belongs to domain k. A RedkitError where labels are shared."""
         import torch
 
         if not self.class_domains:
-            raise RedkitError("this run's labels do not each belong to one domain, so no composition can "
-                              "split its classes among the experts (red_within)")
+            raise RedkitError(
+                "this run's labels do not each belong to one domain, so no composition can "
+                "split its classes among the experts (red_per_domain)"
+            )
         # a class of a removed domain (-1: redkit remove-domain) belongs to none
         return torch.tensor(self.class_domains)[None, :] == torch.arange(self.num_domains)[:, None]
 
@@ -68,16 +74,24 @@ class LabelSpace:
             return self.label_index[value]
         low, high = self.value_range
         if not low <= value <= high:
-            raise RedkitError(f"{where + ': ' if where else ''}answer {value} is outside this run's classes {low}..{high}")
+            raise RedkitError(
+                f"{where + ': ' if where else ''}answer {value} is outside this run's classes {low}..{high}"
+            )
         return value - self.first_value
 
     def in_equal_parts(self, k: int) -> "LabelSpace":
         """The same classes divided among k experts, each a contiguous run of classes of (nearly)
         equal width: domain of class c = floor(c k / C) (`--experts K`, and the study of K)."""
         if not 2 <= k <= self.num_classes:
-            raise RedkitError(f"--experts {k}: the number of experts must be between 2 and {self.num_classes} (the classes)")
-        return replace(self, domains=tuple(f"part{i + 1}of{k}" for i in range(k)), equal_parts=True,
-                       class_domains=tuple(c * k // self.num_classes for c in range(self.num_classes)))
+            raise RedkitError(
+                f"--experts {k}: the number of experts must be between 2 and {self.num_classes} (the classes)"
+            )
+        return replace(
+            self,
+            domains=tuple(f"part{i + 1}of{k}" for i in range(k)),
+            equal_parts=True,
+            class_domains=tuple(c * k // self.num_classes for c in range(self.num_classes)),
+        )
 
     def domain_of_class(self, cls):
         """Domain of a class (int, numpy array or tensor) in a space made by `in_equal_parts`."""
@@ -108,8 +122,3 @@ class LabelSpace:
 
 
 UNSEEN = "<unseen label>"  # the value of class -1: an evaluated label the run was never trained on
-
-
-ANSWER_RANGES = LabelSpace(num_classes=NUM_CLASSES, domains=SHORT_NAMES, first_value=MIN_ANSWER,
-                           class_domains=tuple(next(k for k, (low, high) in enumerate(RANGES) if low <= value <= high)
-                                               for value in range(MIN_ANSWER, MAX_ANSWER + 1)))

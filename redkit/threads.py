@@ -6,8 +6,8 @@ shared machine whose cores are busy it is far worse (measured on 2 busy cores: a
 2 threads, 0.08 s on 1). So their training runs on one thread, and the setting is restored after.
 """
 
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Iterator
 
 import torch
 

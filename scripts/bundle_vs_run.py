@@ -12,12 +12,14 @@ import sys
 from pathlib import Path
 
 from redkit.compositions import COMPOSITIONS, ModuleSet, available_compositions
-from redkit.open_run import open_run
-from redkit.pipeline import evaluate_file
+from redkit.evaluate import evaluate_file
+from redkit.run import open_run
 
 
 def size(root: Path, skip: str | None = None) -> int:
-    return sum(p.stat().st_size for p in root.rglob("*") if p.is_file() and not (skip and skip in p.relative_to(root).parts))
+    return sum(
+        p.stat().st_size for p in root.rglob("*") if p.is_file() and not (skip and skip in p.relative_to(root).parts)
+    )
 
 
 def main() -> int:
@@ -27,10 +29,14 @@ def main() -> int:
     modules = ModuleSet(bundle)
     names, missing = available_compositions(modules, COMPOSITIONS.names())
     expected = json.loads((run_dir / "results.json").read_text())["splits"]["test"]
-    got = json.loads(json.dumps(evaluate_file(bundle, modules, run_dir / "data" / "test.jsonl", names)))  # tuples as JSON lists
+    got = json.loads(
+        json.dumps(evaluate_file(bundle, modules, run_dir / "data" / "test.jsonl", names))
+    )  # tuples as JSON lists
     for name in names:
-        print(f"{name:14s} accuracy: results.json {expected[name]['accuracy']:.6f}, bundle {got[name]['accuracy']:.6f}; "
-              f"metrics identical: {got[name] == expected[name]}")
+        print(
+            f"{name:14s} accuracy: results.json {expected[name]['accuracy']:.6f}, bundle {got[name]['accuracy']:.6f}; "
+            f"metrics identical: {got[name] == expected[name]}"
+        )
     if missing:
         print(f"not in this bundle: {', '.join(missing)}")
     return 0 if all(got[name] == expected[name] for name in names) else 1

@@ -54,23 +54,60 @@ import torch  # noqa: E402
 from safetensors.torch import load_file, save_file  # noqa: E402
 
 import redkit.run  # noqa: E402
-from redkit.bundle import export_bundle  # noqa: E402
+from redkit.bundle.export import export_bundle  # noqa: E402
 from redkit.cli import main as cli_main  # noqa: E402
 from redkit.errors import RedkitError  # noqa: E402
 
-GOOD = [{"question": "What is 12 plus 27?", "answer": 39}, {"question": "What is 50 plus 48?", "answer": 98},
-        {"question": "Add 3 and 4.", "answer": 7}]
-UNICODE = ["Was ist 12 plus 27?", "12 + 27 = ?", "१२ जमा २७", "١٢ زائد ٢٧", "十二加二十七是多少？", "What\u00a0is\u200b12\u202eplus 27?",
-           "e\u0301\u0301\u0301", "🧮 12 ➕ 27", "\ufeffWhat is 12 plus 27?", "\U0010ffff", "\x1c\x1d", "ǅ" * 200]
-ODD_VALUES = [None, True, False, 0, -1, 1.5, "", " ", "39", [], {}, [39], {"a": 1}, "R3", "range_2_20", "²", "NaN", 1e308]
+GOOD = [
+    {"question": "What is 12 plus 27?", "answer": 39},
+    {"question": "What is 50 plus 48?", "answer": 98},
+    {"question": "Add 3 and 4.", "answer": 7},
+]
+UNICODE = [
+    "Was ist 12 plus 27?",
+    "12 + 27 = ?",
+    "१२ जमा २७",
+    "١٢ زائد ٢٧",
+    "十二加二十七是多少？",
+    "What\u00a0is\u200b12\u202eplus 27?",
+    "e\u0301\u0301\u0301",
+    "🧮 12 ➕ 27",
+    "\ufeffWhat is 12 plus 27?",
+    "\U0010ffff",
+    "\x1c\x1d",
+    "ǅ" * 200,
+]
+ODD_VALUES = [
+    None,
+    True,
+    False,
+    0,
+    -1,
+    1.5,
+    "",
+    " ",
+    "39",
+    [],
+    {},
+    [39],
+    {"a": 1},
+    "R3",
+    "range_2_20",
+    "²",
+    "NaN",
+    1e308,
+]
 FIELDS = ["question", "expr", "answer", "label", "domain", "num_ops", "num_steps", "id", "program", "operation"]
 
 
 # ---- input generators: each returns the bytes of a data file (or of a config) -------------------
 
+
 def _lines(rows) -> bytes:
-    return b"".join((r if isinstance(r, bytes) else json.dumps(r, ensure_ascii=False).encode("utf-8", "surrogatepass")) + b"\n"
-                    for r in rows)
+    return b"".join(
+        (r if isinstance(r, bytes) else json.dumps(r, ensure_ascii=False).encode("utf-8", "surrogatepass")) + b"\n"
+        for r in rows
+    )
 
 
 def malformed_json(rng: random.Random) -> bytes:
@@ -97,22 +134,55 @@ def wrong_types(rng: random.Random) -> bytes:
 
 
 def huge_numbers(rng: random.Random) -> bytes:
-    value = rng.choice([10**rng.randint(19, 400), -(10**rng.randint(19, 400)), 1e308, -1e308, 5e-324, "9" * 5000,
-                        "-0", "+39", "0039", "39.0", 39.0])
+    value = rng.choice(
+        [
+            10 ** rng.randint(19, 400),
+            -(10 ** rng.randint(19, 400)),
+            1e308,
+            -1e308,
+            5e-324,
+            "9" * 5000,
+            "-0",
+            "+39",
+            "0039",
+            "39.0",
+            39.0,
+        ]
+    )
     row = dict(rng.choice(GOOD)) | {rng.choice(["answer", "id", "num_ops", "label"]): value}
     raw = _lines([row])
     if rng.random() < 0.3:  # literals json.dumps never writes but json.loads reads
-        raw = rng.choice([b'{"question": "q", "answer": NaN}\n', b'{"question": "q", "answer": Infinity}\n',
-                          b'{"question": "q", "answer": -Infinity}\n', b'{"question": "q", "answer": 1' + b"0" * 5000 + b"}\n",
-                          b'{"question": "q", "answer": 1e99999}\n'])
+        raw = rng.choice(
+            [
+                b'{"question": "q", "answer": NaN}\n',
+                b'{"question": "q", "answer": Infinity}\n',
+                b'{"question": "q", "answer": -Infinity}\n',
+                b'{"question": "q", "answer": 1' + b"0" * 5000 + b"}\n",
+                b'{"question": "q", "answer": 1e99999}\n',
+            ]
+        )
     return raw
 
 
 def empty_strings(rng: random.Random) -> bytes:
-    return rng.choice([b"", b"\n", b"\n\n\n", b"   \n\t\n", _lines([{"question": "", "answer": 5}]),
-                       _lines([{"question": "   ", "answer": 5}]), _lines([{"question": "q", "answer": ""}]),
-                       _lines([{"": ""}]), _lines([{}]), _lines([""]), _lines([{"question": "q", "answer": 5, "domain": ""}]),
-                       _lines([{"expr": "", "answer": 5}]), b"\xef\xbb\xbf\n", _lines([rng.choice(GOOD) | {"program": ""}])])
+    return rng.choice(
+        [
+            b"",
+            b"\n",
+            b"\n\n\n",
+            b"   \n\t\n",
+            _lines([{"question": "", "answer": 5}]),
+            _lines([{"question": "   ", "answer": 5}]),
+            _lines([{"question": "q", "answer": ""}]),
+            _lines([{"": ""}]),
+            _lines([{}]),
+            _lines([""]),
+            _lines([{"question": "q", "answer": 5, "domain": ""}]),
+            _lines([{"expr": "", "answer": 5}]),
+            b"\xef\xbb\xbf\n",
+            _lines([rng.choice(GOOD) | {"program": ""}]),
+        ]
+    )
 
 
 def binary(rng: random.Random) -> bytes:
@@ -120,7 +190,11 @@ def binary(rng: random.Random) -> bytes:
 
 
 def unicode_text(rng: random.Random) -> bytes:
-    question = rng.choice(UNICODE) if rng.random() < 0.7 else "".join(chr(rng.randrange(0x20, 0x2FFFF)) for _ in range(rng.randint(1, 30)))
+    question = (
+        rng.choice(UNICODE)
+        if rng.random() < 0.7
+        else "".join(chr(rng.randrange(0x20, 0x2FFFF)) for _ in range(rng.randint(1, 30)))
+    )
     question = question.encode("utf-8", "replace").decode("utf-8")  # lone surrogates: not text any file could hold
     return _lines([{"question": question, "answer": rng.randint(2, 100)}])
 
@@ -135,13 +209,26 @@ def _nested(rng: random.Random, depth: int):
 def deep_nesting(rng: random.Random) -> bytes:
     depth = rng.choice([10, 100, 900, 5000, 100_000])
     if depth > 900:  # json.dumps itself recurses: write the text directly
-        return (b'{"question": "q", "answer": ' if rng.random() < 0.5 else b"") + b"[" * depth + b"39" + b"]" * depth + b"\n"
+        return (
+            (b'{"question": "q", "answer": ' if rng.random() < 0.5 else b"")
+            + b"[" * depth
+            + b"39"
+            + b"]" * depth
+            + b"\n"
+        )
     row = dict(rng.choice(GOOD)) | {rng.choice(FIELDS): _nested(rng, depth)}
     return _lines([row])
 
 
-DATA_FAMILIES = {"malformed_json": malformed_json, "wrong_types": wrong_types, "huge_numbers": huge_numbers,
-                 "empty_strings": empty_strings, "binary": binary, "unicode": unicode_text, "deep_nesting": deep_nesting}
+DATA_FAMILIES = {
+    "malformed_json": malformed_json,
+    "wrong_types": wrong_types,
+    "huge_numbers": huge_numbers,
+    "empty_strings": empty_strings,
+    "binary": binary,
+    "unicode": unicode_text,
+    "deep_nesting": deep_nesting,
+}
 
 
 def mutate_json_document(rng: random.Random, text: bytes) -> bytes:
@@ -172,7 +259,9 @@ def mutate_json_document(rng: random.Random, text: bytes) -> bytes:
     for key in path[:-1]:
         parent = parent[key]
     if how == 0:
-        parent[path[-1]] = rng.choice(ODD_VALUES + [10**40, -10**40, "x" * 500, _nested(rng, 50), "cuda", "/nonexistent"])
+        parent[path[-1]] = rng.choice(
+            ODD_VALUES + [10**40, -(10**40), "x" * 500, _nested(rng, 50), "cuda", "/nonexistent"]
+        )
     elif how == 1 and isinstance(parent, dict):
         del parent[path[-1]]
     elif isinstance(parent, dict):
@@ -212,6 +301,7 @@ def nan_weights(rng: random.Random, path: Path) -> bytes:
 
 # ---- the harness --------------------------------------------------------------------------------
 
+
 def warm_backbones() -> None:
     """Read each pretrained backbone from disk once per process and hand it to every run opened,
     its top layers reset to the pretrained ones first (Run.backbone then loads the run's tuned top
@@ -237,7 +327,11 @@ def warm_backbones() -> None:
 
 
 def tree_hashes(root: Path) -> dict[str, str]:
-    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(root.rglob("*")) if p.is_file()}
+    return {
+        str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(root.rglob("*"))
+        if p.is_file()
+    }
 
 
 class Outcome:
@@ -282,7 +376,11 @@ class Scratch:
     def __init__(self, work: Path, run: Path, bundle: Path):
         self.root = work / "scratch"
         shutil.rmtree(self.root, ignore_errors=True)
-        self.run = Path(shutil.copytree(run, self.root / "run", ignore=shutil.ignore_patterns("cache", "studies", "analysis", "peers")))
+        self.run = Path(
+            shutil.copytree(
+                run, self.root / "run", ignore=shutil.ignore_patterns("cache", "studies", "analysis", "peers")
+            )
+        )
         self.bundle = Path(shutil.copytree(bundle, self.root / "bundle"))
         self.saved: dict[Path, bytes] = {}
 
@@ -306,8 +404,23 @@ def inputs(rng: random.Random, family: str, scratch: Scratch, run: Path, bundle:
         target = rng.choice([run, run, bundle])  # the originals: their hashes are checked at the end
         if family == "unicode" and rng.random() < 0.5:
             question = json.loads(data.read_bytes().splitlines()[0])["question"]
-            return ["predict", "--run", str(target), question, "--composition", rng.choice(["red", "moe", "red_logits"])]
-        return ["eval", "--run", str(target), "--data", str(data), "--composition", rng.choice(["red", "moe", "global_full"])]
+            return [
+                "predict",
+                "--run",
+                str(target),
+                question,
+                "--composition",
+                rng.choice(["red", "moe", "red_logit_experts"]),
+            ]
+        return [
+            "eval",
+            "--run",
+            str(target),
+            "--data",
+            str(data),
+            "--composition",
+            rng.choice(["red", "moe", "global_head"]),
+        ]
     data.write_bytes(_lines(GOOD[:2]))
     if family == "run_config":
         config = scratch.run / "config.json"
@@ -337,15 +450,32 @@ def yaml_config(rng: random.Random, scratch: Scratch, data: Path) -> list[str]:
     """eval or export with a --config file of odd values, unknown keys or broken YAML."""
     path = scratch.root / "config.yaml"
     out = scratch.root / "out" / f"c{rng.randrange(10**6)}"
-    keys = {"run": [str(scratch.bundle), str(scratch.run), "/nonexistent", ""], "data": [str(data), "/nonexistent", ""],
-            "composition": ["red", ["red", "moe"], "nope", []], "heads": [True, False, "yes", 3], "out": [str(out)]}
+    keys = {
+        "run": [str(scratch.bundle), str(scratch.run), "/nonexistent", ""],
+        "data": [str(data), "/nonexistent", ""],
+        "composition": ["red", ["red", "moe"], "nope", []],
+        "heads": [True, False, "yes", 3],
+        "out": [str(out)],
+    }
     doc = {key: rng.choice(values) for key, values in keys.items() if rng.random() < 0.6}
     for _ in range(rng.randint(0, 2)):
         doc[rng.choice([*keys, "run_", "--data", "seed", "", "ünï"])] = rng.choice(ODD_VALUES + [_nested(rng, 30)])
     text = json.dumps(doc).encode()  # JSON is YAML
     if rng.random() < 0.3:
-        text = rng.choice([b"{", b"run: [", b"- a\n- b", b"&a [*a, *a]", b"data: !!python/object/apply:os.system [ls]",
-                           b"%YAML 9.9\n---\nrun: x", b"run: x\nrun: y", b"\t: :", binary(rng), deep_nesting(rng)])
+        text = rng.choice(
+            [
+                b"{",
+                b"run: [",
+                b"- a\n- b",
+                b"&a [*a, *a]",
+                b"data: !!python/object/apply:os.system [ls]",
+                b"%YAML 9.9\n---\nrun: x",
+                b"run: x\nrun: y",
+                b"\t: :",
+                binary(rng),
+                deep_nesting(rng),
+            ]
+        )
     path.write_bytes(text)
     command = rng.choice(["eval", "export"])
     argv = [command, "--config", str(path)]
@@ -357,12 +487,38 @@ def yaml_config(rng: random.Random, scratch: Scratch, data: Path) -> list[str]:
 def mutated_argv(rng: random.Random, scratch: Scratch, data: Path) -> list[str]:
     """A valid command line of a read-only or scratch-writing command, then token edits."""
     out = scratch.root / "out" / f"b{rng.randrange(10**6)}"
-    base = rng.choice([["eval", "--run", str(scratch.run), "--data", str(data), "--composition", "red"],
-                       ["predict", "--run", str(scratch.bundle), "What is 3 plus 4?"],
-                       ["export", "--run", str(scratch.run), "--out", str(out)] + (["--heads"] if rng.random() < 0.5 else []),
-                       ["report", "--run", str(scratch.bundle)]])
-    junk = ["--run", "--data", "--out", "--composition", "--heads", "--help", "-h", "", "-", "--", "=", "red", "moe", "nope",
-            str(scratch.bundle), str(scratch.run), str(data), "/nonexistent", "--composition=red", "\u202e", "ü" * 50, "-1"]
+    base = rng.choice(
+        [
+            ["eval", "--run", str(scratch.run), "--data", str(data), "--composition", "red"],
+            ["predict", "--run", str(scratch.bundle), "What is 3 plus 4?"],
+            ["export", "--run", str(scratch.run), "--out", str(out)] + (["--heads"] if rng.random() < 0.5 else []),
+            ["report", "--run", str(scratch.bundle)],
+        ]
+    )
+    junk = [
+        "--run",
+        "--data",
+        "--out",
+        "--composition",
+        "--heads",
+        "--help",
+        "-h",
+        "",
+        "-",
+        "--",
+        "=",
+        "red",
+        "moe",
+        "nope",
+        str(scratch.bundle),
+        str(scratch.run),
+        str(data),
+        "/nonexistent",
+        "--composition=red",
+        "\u202e",
+        "ü" * 50,
+        "-1",
+    ]
     argv = list(base)
     for _ in range(rng.randint(0, 3)):
         how = rng.randrange(4)
@@ -390,7 +546,9 @@ FAMILIES = [*DATA_FAMILIES, "run_config", "module_files", "bundle_files", "yaml_
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--work", type=Path, required=True, help="holds the tiny run and bundle (reused) and scratch copies")
+    parser.add_argument(
+        "--work", type=Path, required=True, help="holds the tiny run and bundle (reused) and scratch copies"
+    )
     parser.add_argument("--inputs", type=int, default=10_000)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--show", type=int, default=3, help="failures printed with their traceback")
@@ -420,7 +578,11 @@ def main() -> int:
             with (args.work / "failures.log").open("a", encoding="utf-8") as log:  # every traceback, as found
                 log.write(f"[{family}] {detail}\n\n")
         if (i + 1) % 500 == 0:
-            print(f"{i + 1} inputs, {len(failures)} failures, {time.perf_counter() - start:.0f} s", file=sys.stderr, flush=True)
+            print(
+                f"{i + 1} inputs, {len(failures)} failures, {time.perf_counter() - start:.0f} s",
+                file=sys.stderr,
+                flush=True,
+            )
     wall = time.perf_counter() - start
     after = {"run": tree_hashes(run), "bundle": tree_hashes(bundle)}
     # A file of the originals altered or removed is a failure; so is a new one, except the features an
@@ -433,12 +595,18 @@ def main() -> int:
     print(f"{'family':15s} {'inputs':>7s} " + " ".join(f"{c:>26s}" for c in columns) + f" {'seconds':>8s}")
     for family in FAMILIES:
         c = counts[family]
-        print(f"{family:15s} {sum(c.values()):7d} " + " ".join(f"{c[col]:26d}" for col in columns) + f" {seconds[family]:8.1f}")
+        print(
+            f"{family:15s} {sum(c.values()):7d} "
+            + " ".join(f"{c[col]:26d}" for col in columns)
+            + f" {seconds[family]:8.1f}"
+        )
     total = sum((counts[f] for f in FAMILIES), Counter())
     print(f"{'all':15s} {sum(total.values()):7d} " + " ".join(f"{total[col]:26d}" for col in columns) + f" {wall:8.1f}")
-    print(f"{args.inputs} inputs in {wall:.0f} s ({1000 * wall / max(args.inputs, 1):.1f} ms each); "
-          f"files of the original run and bundle changed: {len(changed)}; "
-          f"feature files the run's eval cached under cache/: {len(added) - len(changed)}")
+    print(
+        f"{args.inputs} inputs in {wall:.0f} s ({1000 * wall / max(args.inputs, 1):.1f} ms each); "
+        f"files of the original run and bundle changed: {len(changed)}; "
+        f"feature files the run's eval cached under cache/: {len(added) - len(changed)}"
+    )
     for failure in failures[: args.show]:
         print("\n" + failure)
     for name in changed[:10]:

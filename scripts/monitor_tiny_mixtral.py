@@ -14,7 +14,7 @@ from pathlib import Path
 import torch
 from transformers import MixtralConfig, MixtralForCausalLM, Trainer, TrainingArguments
 
-from redkit.routing.hf import RoutingMonitor, dynamics_figure
+from redkit_experiments.routing.hf import RoutingMonitor, dynamics_figure
 
 
 def main() -> None:
@@ -25,16 +25,33 @@ def main() -> None:
     args = parser.parse_args()
 
     torch.manual_seed(0)
-    config = MixtralConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                           num_attention_heads=4, num_key_value_heads=2, num_local_experts=4, num_experts_per_tok=2,
-                           max_position_embeddings=64, router_aux_loss_coef=0.02)
+    config = MixtralConfig(
+        vocab_size=64,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        num_local_experts=4,
+        num_experts_per_tok=2,
+        max_position_embeddings=64,
+        router_aux_loss_coef=0.02,
+    )
     model = MixtralForCausalLM(config)
     gen = torch.Generator().manual_seed(1)
     data = [{"input_ids": ids, "labels": ids} for ids in torch.randint(0, 64, (8 * args.steps, 12), generator=gen)]
     probe = {"input_ids": torch.randint(0, 64, (8, 12), generator=gen)}  # (8, 12): 96 routed tokens per layer
     monitor = RoutingMonitor(probe, args.out / "log.jsonl", every=args.every)
-    training = TrainingArguments(output_dir=str(args.out / "trainer"), max_steps=args.steps, per_device_train_batch_size=8,
-                                 learning_rate=1e-2, report_to=[], use_cpu=True, save_strategy="no", logging_strategy="no")
+    training = TrainingArguments(
+        output_dir=str(args.out / "trainer"),
+        max_steps=args.steps,
+        per_device_train_batch_size=8,
+        learning_rate=1e-2,
+        report_to=[],
+        use_cpu=True,
+        save_strategy="no",
+        logging_strategy="no",
+    )
     Trainer(model=model, args=training, train_dataset=data, callbacks=[monitor]).train()
 
     keys = ("cv", "max_vio", "gini", "unused_rate", "entropy", "top1_weight", "margin", "z_loss")

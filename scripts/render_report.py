@@ -28,9 +28,21 @@ def main() -> int:
         print("chromium not found: apt-get install chromium", file=sys.stderr)
         return 2
     out = (args.out or args.run / "report.png").resolve()
-    subprocess.run([browser, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
-                    f"--window-size={args.width},{args.height}", f"--screenshot={out}", page.as_uri()],
-                   check=True, capture_output=True, timeout=120)
+    subprocess.run(
+        [
+            browser,
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--hide-scrollbars",
+            f"--window-size={args.width},{args.height}",
+            f"--screenshot={out}",
+            page.as_uri(),
+        ],
+        check=True,
+        capture_output=True,
+        timeout=120,
+    )
     print(out)
     return 0
 

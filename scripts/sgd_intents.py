@@ -33,11 +33,19 @@ def intent_turns(files: list[Path]) -> list[dict]:
             for turn in dialogue["turns"]:
                 if turn["speaker"] != "USER":
                     continue
-                stated = [frame for frame in turn["frames"] if any(a["act"] == "INFORM_INTENT" for a in frame["actions"])]
+                stated = [
+                    frame for frame in turn["frames"] if any(a["act"] == "INFORM_INTENT" for a in frame["actions"])
+                ]
                 if len(stated) == 1 and turn["utterance"].strip():
                     frame = stated[0]
-                    turns.append({"text": " ".join(turn["utterance"].split()), "label": frame["state"]["active_intent"],
-                                  "domain": frame["service"].split("_")[0], "dialogue": dialogue["dialogue_id"]})
+                    turns.append(
+                        {
+                            "text": " ".join(turn["utterance"].split()),
+                            "label": frame["state"]["active_intent"],
+                            "domain": frame["service"].split("_")[0],
+                            "dialogue": dialogue["dialogue_id"],
+                        }
+                    )
     return turns
 
 
@@ -70,12 +78,20 @@ def convert(sgd_dir: Path, out: Path, per_label: int = 60, val_per_label: int = 
     out.mkdir(parents=True, exist_ok=True)
     counts = {}
     for name, rows in (("train", train), ("val", val), ("test", test)):
-        (out / f"{name}.jsonl").write_text("".join(json.dumps({k: r[k] for k in ("text", "label", "domain")}) + "\n"
-                                                  for r in rows), encoding="utf-8")
+        (out / f"{name}.jsonl").write_text(
+            "".join(json.dumps({k: r[k] for k in ("text", "label", "domain")}) + "\n" for r in rows), encoding="utf-8"
+        )
         counts[name] = len(rows)
-    summary = {"source": str(sgd_dir), "files": {k: len(v) for k, v in files.items()}, "counts": counts,
-               "domains": len({t["domain"] for t in train}), "labels": len({t["label"] for t in train}),
-               "per_label": per_label, "val_per_label": val_per_label, "seed": seed}
+    summary = {
+        "source": str(sgd_dir),
+        "files": {k: len(v) for k, v in files.items()},
+        "counts": counts,
+        "domains": len({t["domain"] for t in train}),
+        "labels": len({t["label"] for t in train}),
+        "per_label": per_label,
+        "val_per_label": val_per_label,
+        "seed": seed,
+    }
     (out / "SOURCE.json").write_text(json.dumps(summary, indent=2) + "\n")
     return summary
 

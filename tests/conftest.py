@@ -19,13 +19,31 @@ from pathlib import Path  # noqa: E402
 
 import pytest  # noqa: E402
 
+from redkit.plugins import load_plugins  # noqa: E402
+
+load_plugins()  # the test process is the top: every registry filled, as the CLI and the API fill them
+
 TINY_RUN_ARGS = ("--n", "400", "--max-epochs", "1")
 
 # Fixtures that train something (a run, a decomposer, toy models), start processes or load a backbone:
 # every test that uses one, directly or through another fixture, is marked slow (`pytest -m "not slow"`
 # leaves it out).
-HEAVY_FIXTURES = {"tiny_run", "digits_run", "one_process", "fitted", "peers_run", "qwen_run", "analysed",
-                  "study_run", "tiny_decomposer", "run", "experts", "minilm", "tiny_qwen3"}
+HEAVY_FIXTURES = {
+    "tiny_run",
+    "digits_run",
+    "one_process",
+    "fitted",
+    "peers_run",
+    "qwen_run",
+    "analysed",
+    "study_run",
+    "tiny_decomposer",
+    "run",
+    "experts",
+    "minilm",
+    "tiny_qwen3",
+    "served",
+}
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -17,8 +17,16 @@ def make_tiny_qwen3(directory):
     from transformers import Qwen3Config, Qwen3Model
 
     torch.manual_seed(0)
-    config = Qwen3Config(vocab_size=30522, hidden_size=64, intermediate_size=128, num_hidden_layers=3,
-                         num_attention_heads=4, num_key_value_heads=2, head_dim=16, max_position_embeddings=128)
+    config = Qwen3Config(
+        vocab_size=30522,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=3,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=16,
+        max_position_embeddings=128,
+    )
     Qwen3Model(config).save_pretrained(directory)
     for name in ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "special_tokens_map.json"):
         shutil.copy(default_backbone_path() / name, directory / name)

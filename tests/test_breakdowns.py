@@ -2,9 +2,9 @@
 
 import numpy as np
 
-from redkit.data.generate import DataConfig, generate
-from redkit.data.groups import structure_groups
 from redkit.metrics import accuracy_by
+from redkit_experiments.arithmetic.generate import DataConfig, generate
+from redkit_experiments.arithmetic.groups import structure_groups
 
 
 def test_accuracy_by_counts_each_group():

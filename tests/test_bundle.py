@@ -5,10 +5,10 @@ import json
 import shutil
 
 import pytest
-
 from conftest import run_cli
-from redkit.bundle import MANIFEST, export_bundle
-from redkit.bundle.manifest import FORMAT, file_digest
+
+from redkit.bundle.export import export_bundle
+from redkit.bundle.manifest import FORMAT, MANIFEST, file_digest
 
 QUESTION = "What is 12 plus 27?"
 
@@ -26,10 +26,14 @@ def _files(directory):
     return {str(p.relative_to(directory)): file_digest(p) for p in sorted(directory.rglob("*")) if p.is_file()}
 
 
-def test_a_bundle_holds_only_module_files_config_and_manifest(tiny_run, bundles):
+def test_a_bundle_holds_only_module_files_its_serving_graph_config_and_manifest(tiny_run, bundles):
     files = _files(bundles["slim"])
-    assert all(f.endswith((".safetensors", ".json")) for f in files)
-    assert not any(f.startswith(("cache/", "data/", "heads/", "modules/heads/")) or f in ("log.jsonl", "timings.json") for f in files)
+    assert all(f.endswith((".safetensors", ".json")) or f == "serving/model.onnx" for f in files)
+    assert {"serving/model.onnx", "serving/tokenizer.json", "serving/serving.json"} <= set(files)
+    assert not any(
+        f.startswith(("cache/", "data/", "heads/", "modules/heads/")) or f in ("log.jsonl", "timings.json")
+        for f in files
+    )
     for module in ("backbone_top", "classifier", "router", "gate", "experts/residual/R3", "experts/logit/R1"):
         assert f"modules/{module}/model.safetensors" in files
     assert "modules/heads/R1/model.safetensors" in _files(bundles["heads"])
@@ -40,14 +44,17 @@ def test_a_bundle_holds_only_module_files_config_and_manifest(tiny_run, bundles)
     results = json.loads((tiny_run / "results.json").read_text())
     assert manifest["test_metrics"]["red"]["accuracy"] == results["splits"]["test"]["red"]["accuracy"]
     assert manifest["format"] == FORMAT and manifest["redkit_version"] and manifest["heads"] is False
-    assert manifest["backbone"]["fingerprint"] == json.loads((tiny_run / "modules/classifier/config.json").read_text())["backbone_fingerprint"]
+    assert (
+        manifest["backbone"]["fingerprint"]
+        == json.loads((tiny_run / "modules/classifier/config.json").read_text())["backbone_fingerprint"]
+    )
     assert manifest["source"]["run"] == str(tiny_run.resolve())
 
 
 def test_a_bundle_evaluates_exactly_as_its_run_and_is_not_written_to(tiny_run, bundles):
     from redkit.compositions import COMPOSITIONS, ModuleSet
-    from redkit.open_run import open_run
-    from redkit.pipeline import evaluate_file
+    from redkit.evaluate import evaluate_file
+    from redkit.run import open_run
 
     data = tiny_run / "data" / "test.jsonl"
     before = _files(bundles["heads"])
@@ -64,14 +71,17 @@ def test_eval_and_predict_accept_a_bundle(tiny_run, bundles, capsys):
     assert code == 0
     code, from_bundle, err = run_cli(["eval", "--run", bundles["slim"], "--data", data, "--composition", "red"], capsys)
     assert code == 0 and from_bundle == from_run and err == ""
-    assert run_cli(["predict", "--run", tiny_run, QUESTION], capsys)[1] == run_cli(["predict", "--run", bundles["slim"], QUESTION], capsys)[1]
+    assert (
+        run_cli(["predict", "--run", tiny_run, QUESTION], capsys)[1]
+        == run_cli(["predict", "--run", bundles["slim"], QUESTION], capsys)[1]
+    )
 
 
 def test_eval_of_a_bundle_without_heads_skips_what_it_lacks_and_says_so(tiny_run, bundles, capsys):
     code, out, err = run_cli(["eval", "--run", bundles["slim"], "--data", tiny_run / "data" / "test.jsonl"], capsys)
     assert code == 0 and err == ""
-    assert "red_logits" in out and "\nmoe " not in out
-    assert "not in this bundle: global_full, oracle, uniform, moe (export with --heads)" in out
+    assert "red_logit_experts" in out and "\nmoe " not in out
+    assert "not in this bundle: global_head, oracle, uniform, moe (export with --heads)" in out
 
 
 def _copy(bundle, tmp_path):
@@ -113,10 +123,13 @@ def test_a_bundle_from_a_newer_redkit_is_refused(bundles, tmp_path, capsys):
     manifest |= {"format": FORMAT + 1, "redkit_version": "9.0.0"}
     (bundle / MANIFEST).write_text(json.dumps(manifest))
     err = _one_line_error(["eval", "--run", bundle, "--data", "x.jsonl"], capsys)
-    assert f"written by redkit 9.0.0 with bundle format {FORMAT + 1}" in err and f"reads up to {FORMAT}; upgrade redkit" in err
+    assert (
+        f"written by redkit 9.0.0 with bundle format {FORMAT + 1}" in err
+        and f"reads up to {FORMAT}; upgrade redkit" in err
+    )
 
 
-@pytest.mark.parametrize("composition", ["moe", "oracle", "global_full"])
+@pytest.mark.parametrize("composition", ["moe", "oracle", "global_head"])
 def test_a_composition_whose_module_the_bundle_lacks_is_one_line(bundles, composition, capsys):
     err = _one_line_error(["predict", "--run", bundles["slim"], QUESTION, "--composition", composition], capsys)
     assert f"{composition} needs modules/heads/" in err and "export with --heads" in err

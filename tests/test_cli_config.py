@@ -5,8 +5,8 @@ import argparse
 from pathlib import Path
 
 import pytest
-
 from conftest import run_cli
+
 from redkit.cli.options import parse_args
 from redkit.errors import RedkitError
 
@@ -21,7 +21,7 @@ def _parse(add_options, argv):
 
 @pytest.mark.parametrize("task", ["task1", "task2"])
 def test_shipped_text_config_is_todays_defaults(task):
-    from redkit.cli.reproduce import _text_options, text_config
+    from redkit_experiments.arithmetic.cli import _text_options, text_config
 
     with_file = text_config(_parse(_text_options, ["--config", CONFIGS / f"{task}.yaml"]), task)
     assert with_file == text_config(_parse(_text_options, []), task)
@@ -29,13 +29,18 @@ def test_shipped_text_config_is_todays_defaults(task):
 
 
 def test_shipped_steps_and_digits_configs_are_todays_defaults():
-    from redkit.cli.reproduce_digits import _digits_options, digits_config
-    from redkit.cli.reproduce_steps import _steps_options, steps_config
+    from redkit_experiments.digits.cli import _digits_options, digits_config
+    from redkit_experiments.steps.cli import _steps_options, steps_config
 
-    assert steps_config(_parse(_steps_options, ["--config", CONFIGS / "steps.yaml"])) == steps_config(_parse(_steps_options, []))
-    assert vars(_parse(_digits_options, ["--config", CONFIGS / "digits.yaml"])) | {"config": None} == \
-        vars(_parse(_digits_options, [])) | {"config": None}
-    assert digits_config(_parse(_digits_options, ["--config", CONFIGS / "digits.yaml"])) == digits_config(_parse(_digits_options, []))
+    assert steps_config(_parse(_steps_options, ["--config", CONFIGS / "steps.yaml"])) == steps_config(
+        _parse(_steps_options, [])
+    )
+    assert vars(_parse(_digits_options, ["--config", CONFIGS / "digits.yaml"])) | {"config": None} == vars(
+        _parse(_digits_options, [])
+    ) | {"config": None}
+    assert digits_config(_parse(_digits_options, ["--config", CONFIGS / "digits.yaml"])) == digits_config(
+        _parse(_digits_options, [])
+    )
 
 
 def test_shipped_clinc150_config_is_todays_defaults():
@@ -47,24 +52,32 @@ def test_shipped_clinc150_config_is_todays_defaults():
 
 
 def test_flags_override_the_file_and_repeatable_flags_replace_its_list(tmp_path):
-    from redkit.cli.reproduce import _text_options, text_config
+    from redkit_experiments.arithmetic.cli import _text_options, text_config
 
     file = tmp_path / "c.yaml"
     file.write_text("seed: 3\nmax_epochs: 2\ntrainable-layers: 1\neval: [a.jsonl, b.jsonl]\n")
     args = _parse(_text_options, ["--config", file, "--seed", "5"])
-    assert (args.seed, args.max_epochs, args.trainable_layers, args.eval_files) == (5, 2, 1, [Path("a.jsonl"), Path("b.jsonl")])
+    assert (args.seed, args.max_epochs, args.trainable_layers, args.eval_files) == (
+        5,
+        2,
+        1,
+        [Path("a.jsonl"), Path("b.jsonl")],
+    )
     assert text_config(args, "task1").stage_overrides["router"]["max_epochs"] == 2
     assert _parse(_text_options, ["--config", file, "--eval", "c.jsonl"]).eval_files == [Path("c.jsonl")]
 
 
-@pytest.mark.parametrize("text, message", [
-    ("lerning-rate: 3\n", "unknown key 'lerning-rate'"),
-    ("max-epoch: 3\n", "unknown key 'max-epoch'; did you mean 'max-epochs'?"),
-    ("seed: three\n", "key 'seed': 'three' is not a valid int"),
-    ("pooling: sum\n", "key 'pooling': 'sum' is not one of mean, last, cls"),
-    ("- seed\n", "a config is a mapping"),
-    ("seed: [1\n", "not a YAML file"),
-])
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("lerning-rate: 3\n", "unknown key 'lerning-rate'"),
+        ("max-epoch: 3\n", "unknown key 'max-epoch'; did you mean 'max-epochs'?"),
+        ("seed: three\n", "key 'seed': 'three' is not a valid int"),
+        ("pooling: sum\n", "key 'pooling': 'sum' is not one of mean, last, cls"),
+        ("- seed\n", "a config is a mapping"),
+        ("seed: [1\n", "not a YAML file"),
+    ],
+)
 def test_bad_config_is_one_line_naming_the_file(tmp_path, capsys, text, message):
     file = tmp_path / "c.yaml"
     file.write_text(text)

@@ -7,10 +7,10 @@ import shutil
 from pathlib import Path
 
 import pytest
-
 from conftest import TINY_RUN_ARGS, run_cli
+
 from redkit.compositions import COMPOSITIONS
-from redkit.data.vocabulary import SHORT_NAMES
+from redkit_experiments.arithmetic.vocabulary import SHORT_NAMES
 
 
 def expect_error(argv: list, capsys) -> str:
@@ -21,7 +21,7 @@ def expect_error(argv: list, capsys) -> str:
     lines = err.splitlines()
     assert len(lines) == 1, f"stderr is not one line: {err!r}"
     assert lines[0].startswith("redkit: error: ")
-    return lines[0][len("redkit: error: "):]
+    return lines[0][len("redkit: error: ") :]
 
 
 @pytest.fixture
@@ -39,6 +39,7 @@ GOOD = {"question": "What is 2 plus 3?", "answer": 5}
 
 
 # ---- (a)-(c) bad data files -------------------------------------------------------------------------------
+
 
 def test_eval_malformed_jsonl_line(tiny_run, tmp_path, capsys):
     bad = write_lines(tmp_path / "bad.jsonl", [GOOD, GOOD, '{"question": "What is 2 plus 4?", "answer": 6', GOOD])
@@ -64,6 +65,7 @@ def test_eval_missing_data_file(tiny_run, tmp_path, capsys):
 
 
 # ---- (d), (e) missing or mismatched modules ------------------------------------------------------------------
+
 
 def test_eval_directory_that_is_not_a_run(tiny_run, tmp_path, capsys):
     empty = tmp_path / "not_a_run"
@@ -99,6 +101,7 @@ def test_eval_expert_of_another_backbone(run_copy, capsys):
 
 # ---- (f), (h), (i) unknown names -----------------------------------------------------------------------------
 
+
 def test_eval_unknown_composition(tiny_run, capsys):
     before = sorted(p.name for p in (tiny_run / "cache").iterdir())
     argv = ["eval", "--run", tiny_run, "--data", tiny_run / "data" / "test.jsonl", "--composition", "rde"]
@@ -112,8 +115,13 @@ def test_predict_unknown_composition(tiny_run, capsys):
     assert "unknown composition 'moee'" in message and "did you mean 'moe'?" in message
 
 
-@pytest.mark.parametrize("stage, hint", [("nonsense", "(known: base, experts, heads, router, gate, joint, linear_probe)"),
-                                         ("expert", "did you mean 'experts'?")])
+@pytest.mark.parametrize(
+    "stage, hint",
+    [
+        ("nonsense", "(known: base, experts, heads, router, gate, joint, linear_probe)"),
+        ("expert", "did you mean 'experts'?"),
+    ],
+)
 def test_train_unknown_stage(tiny_run, capsys, stage, hint):
     message = expect_error(["train", stage, "--run", tiny_run], capsys)
     assert f"unknown stage {stage!r}" in message and hint in message
@@ -139,15 +147,18 @@ def test_reproduce_unknown_benchmark(tmp_path, capsys):
 
 # ---- (g) a backbone path that is not a model ---------------------------------------------------------------
 
+
 def _backbone_dirs(tmp_path: Path) -> dict[str, tuple[Path, str]]:
     empty = tmp_path / "not_a_model_dir"
     empty.mkdir()
     no_type = tmp_path / "config_without_model_type"
     no_type.mkdir()
     (no_type / "config.json").write_text(json.dumps({"hidden_size": 8, "num_hidden_layers": 2}))
-    return {"empty": (empty, "no config.json"),
-            "no_model_type": (no_type / "config.json", "model_type"),
-            "missing": (tmp_path / "does_not_exist", "not a directory")}
+    return {
+        "empty": (empty, "no config.json"),
+        "no_model_type": (no_type / "config.json", "model_type"),
+        "missing": (tmp_path / "does_not_exist", "not a directory"),
+    }
 
 
 @pytest.mark.parametrize("case", ["empty", "no_model_type", "missing"])
@@ -168,6 +179,7 @@ def test_a_bad_backbone_leaves_no_run_behind(tmp_path, capsys):
 
 # ---- a damaged run directory ---------------------------------------------------------------------------
 
+
 def test_eval_run_with_corrupt_config(run_copy, capsys):
     (run_copy / "config.json").write_text("{not json")
     message = expect_error(["eval", "--run", run_copy, "--data", run_copy / "data" / "test.jsonl"], capsys)
@@ -175,6 +187,7 @@ def test_eval_run_with_corrupt_config(run_copy, capsys):
 
 
 # ---- happy paths ---------------------------------------------------------------------------------------------
+
 
 def test_eval_prints_every_composition(tiny_run, capsys):
     data = tiny_run / "data" / "test.jsonl"
@@ -203,7 +216,7 @@ def test_eval_one_composition(tiny_run, capsys):
     assert names == ["red_oracle"]
 
 
-@pytest.mark.parametrize("composition", [None, "global_10pct"])
+@pytest.mark.parametrize("composition", [None, "base_classifier"])
 def test_predict_prints_answer_and_expert_weights(tiny_run, capsys, composition):
     argv = ["predict", "--run", tiny_run, "What is 12 plus 27?"]
     argv += ["--composition", composition] if composition else []

@@ -6,9 +6,8 @@ import shutil
 
 import pytest
 import torch
-from safetensors.torch import load_file, save_file
-
 from conftest import run_cli
+from safetensors.torch import load_file, save_file
 
 QUESTION = "What is 12 plus 27?"
 
@@ -45,7 +44,9 @@ def test_a_truncated_safetensors_file_is_refused_naming_the_file(run_copy, capsy
     assert str(path) in err and "not a readable safetensors file" in err
 
 
-@pytest.mark.parametrize("field, value", [("config", []), ("kind", 3), ("config", {"dim": 384, "bogus": 1}), ("metrics", "x")])
+@pytest.mark.parametrize(
+    "field, value", [("config", []), ("kind", 3), ("config", {"dim": 384, "bogus": 1}), ("metrics", "x")]
+)
 def test_an_ill_typed_module_config_is_refused_naming_the_file(run_copy, capsys, field, value):
     path = run_copy / "modules" / "router" / "config.json"
     path.write_text(json.dumps(json.loads(path.read_text()) | {field: value}))
@@ -53,8 +54,18 @@ def test_an_ill_typed_module_config_is_refused_naming_the_file(run_copy, capsys,
     assert str(path) in err and "config" in err
 
 
-@pytest.mark.parametrize("content", ["[" * 100_000 + "]" * 100_000, '{"seed": 1' + "0" * 5000 + "}", "\xff\xfe", "[]",
-                                     '{"device": "nowhere"}', '{"device": "cuda:7"}', '{"device": 3}'])
+@pytest.mark.parametrize(
+    "content",
+    [
+        "[" * 100_000 + "]" * 100_000,
+        '{"seed": 1' + "0" * 5000 + "}",
+        "\xff\xfe",
+        "[]",
+        '{"device": "nowhere"}',
+        '{"device": "cuda:7"}',
+        '{"device": 3}',
+    ],
+)
 def test_a_damaged_run_config_is_refused_naming_the_file(run_copy, capsys, content):
     path = run_copy / "config.json"
     path.write_bytes(content.encode("latin-1"))

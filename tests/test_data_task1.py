@@ -6,10 +6,10 @@ from collections import Counter
 import pytest
 
 from redkit.cli import main
-from redkit.data.generate import HELDOUT, DataConfig, generate
-from redkit.data.records import read_jsonl
-from redkit.data.task1 import HELDOUT_TEMPLATES, TRAIN_TEMPLATES
 from redkit.errors import RedkitError
+from redkit_experiments.arithmetic.generate import HELDOUT, DataConfig, generate
+from redkit_experiments.arithmetic.records import read_jsonl
+from redkit_experiments.arithmetic.task1 import HELDOUT_TEMPLATES, TRAIN_TEMPLATES
 
 
 @pytest.fixture(scope="module")
@@ -63,8 +63,9 @@ def test_cli_writes_files_with_fields_and_splits_json(tmp_path):
     first = json.loads((tmp_path / "train.jsonl").read_text().splitlines()[0])
     assert list(first)[:6] == ["id", "question", "answer", "label", "domain", "num_ops"]
     summary = json.loads((tmp_path / "splits.json").read_text())
-    assert summary["splits"]["test"]["per_domain"] == {f"range_{lo}_{hi}": 20 for lo, hi in
-                                                        ((2, 20), (21, 40), (41, 60), (61, 80), (81, 100))}
+    assert summary["splits"]["test"]["per_domain"] == {
+        f"range_{lo}_{hi}": 20 for lo, hi in ((2, 20), (21, 40), (41, 60), (61, 80), (81, 100))
+    }
     assert len(read_jsonl(tmp_path / "test_heldout_templates.jsonl")) == 100
     ids = [ex.id for s in ("train", "val", "test") for ex in read_jsonl(tmp_path / f"{s}.jsonl")]
     assert len(ids) == len(set(ids)) == 1000

@@ -8,13 +8,21 @@ import shutil
 import pytest
 import torch
 
-from redkit.data.expression import Expression
-from redkit.data.phrasing import STYLES
-from redkit.decomposer import (DecomposerConfig, StepDecomposer, alignment, decode, extract_numbers, load_decomposer,
-                               number_positions, train_decomposer)
 from redkit.errors import RedkitError
-from redkit.programs import parse_program, program_from_expression, render_program
 from redkit.train.loop import TrainConfig
+from redkit_experiments.arithmetic.expression import Expression
+from redkit_experiments.arithmetic.phrasing import STYLES
+from redkit_experiments.arithmetic.programs import parse_program, program_from_expression, render_program
+from redkit_experiments.decomposer import (
+    DecomposerConfig,
+    StepDecomposer,
+    alignment,
+    decode,
+    extract_numbers,
+    load_decomposer,
+    number_positions,
+    train_decomposer,
+)
 
 
 def _random_chains(count: int, seed: int = 0, operators: str = "+-*") -> list[Expression]:
@@ -22,7 +30,9 @@ def _random_chains(count: int, seed: int = 0, operators: str = "+-*") -> list[Ex
     chains = []
     for _ in range(count):
         n = rng.randint(2, 5)
-        chains.append(Expression(tuple(rng.randint(0, 150) for _ in range(n)), tuple(rng.choice(operators) for _ in range(n - 1))))
+        chains.append(
+            Expression(tuple(rng.randint(0, 150) for _ in range(n)), tuple(rng.choice(operators) for _ in range(n - 1)))
+        )
     return chains
 
 
@@ -50,10 +60,16 @@ def test_every_phrasing_holds_exactly_the_operands_and_alignment_recovers_the_pr
 def test_reordering_phrasings_are_aligned_by_the_phrasing_not_by_value():
     # "If you subtract 12 from 12 and add 12": values alone cannot say which 12 comes first
     text = STYLES["if_you"]((12, 12, 12), ("-", "+"))
-    assert alignment(text, "Step 1: 12 - 12 = x1\nStep 2: x1 + 12 = x2\nAnswer: x2", ("+", "-")) == [(1, 1), (0, -100), (2, 0)]
+    assert alignment(text, "Step 1: 12 - 12 = x1\nStep 2: x1 + 12 = x2\nAnswer: x2", ("+", "-")) == [
+        (1, 1),
+        (0, -100),
+        (2, 0),
+    ]
     text = STYLES["result_of"]((35, 17, 5), ("+", "-"))
     assert text == "Subtract 5 from the result of 35 plus 17."
-    assert [slot for slot, _ in alignment(text, "Step 1: 35 + 17 = x1\nStep 2: x1 - 5 = x2\nAnswer: x2", ("+", "-"))] == [2, 0, 1]
+    assert [
+        slot for slot, _ in alignment(text, "Step 1: 35 + 17 = x1\nStep 2: x1 - 5 = x2\nAnswer: x2", ("+", "-"))
+    ] == [2, 0, 1]
 
 
 def test_alignment_refuses_numbers_that_are_not_the_programs():
@@ -92,11 +108,16 @@ def test_decoding_needs_two_numbers():
 
 # ---- a tiny training run (embedded backbone, ~300 examples, 2 epochs) -------------------------------
 
+
 @pytest.fixture(scope="module")
 def tiny_decomposer(tmp_path_factory):
     out = tmp_path_factory.mktemp("decomposer")
-    config = DecomposerConfig(n=400, max_train=300, max_val=40,
-                              train=TrainConfig(lr=1e-3, batch_size=32, virtual_batch_size=32, max_epochs=2, patience=2))
+    config = DecomposerConfig(
+        n=400,
+        max_train=300,
+        max_val=40,
+        train=TrainConfig(lr=1e-3, batch_size=32, virtual_batch_size=32, max_epochs=2, patience=2),
+    )
     metrics = train_decomposer(out, config, print_fn=lambda line: None)
     return out, metrics
 
@@ -117,8 +138,11 @@ def test_tiny_run_writes_a_module_and_metrics(tiny_decomposer):
 def test_tiny_model_predicts_valid_programs_and_survives_save_and_load(tiny_decomposer):
     out, _ = tiny_decomposer
     model = load_decomposer(out)
-    texts = [STYLES[style](expr.operands, expr.operators) for style in sorted(STYLES)
-             for expr in _random_chains(3, seed=1, operators="+-")]
+    texts = [
+        STYLES[style](expr.operands, expr.operators)
+        for style in sorted(STYLES)
+        for expr in _random_chains(3, seed=1, operators="+-")
+    ]
     texts += ["What is 3 plus 4 plus 5 plus 6 plus 7 plus 8 plus 9 plus 10 plus 11?"]  # longer than any training text
     programs = model.predict(texts)
     for text, program in zip(texts, programs):
@@ -139,7 +163,7 @@ def test_number_positions_point_at_the_digits(tiny_decomposer):
     enc = backbone.tokenize([text])
     tokens = backbone.tokenizer.convert_ids_to_tokens(enc["input_ids"][0])
     spans = number_positions(backbone, [text])[0]
-    assert ["".join(t.lstrip("#") for t in tokens[a:b + 1]) for a, b in spans] == ["5", "35", "17", "150", "25"]
+    assert ["".join(t.lstrip("#") for t in tokens[a : b + 1]) for a, b in spans] == ["5", "35", "17", "150", "25"]
 
 
 def _copy_with(out, tmp_path, field: str, value: str):
@@ -158,6 +182,7 @@ def test_loading_refuses_another_backbone(tiny_decomposer, tmp_path):
     with pytest.raises(RedkitError, match="trained on backbone 0123456789abcdef"):
         StepDecomposer.load(module)
     from redkit.backbone import Backbone, BackboneConfig
+
     other_split = Backbone(BackboneConfig(trainable_layers=1))  # same weights, another split: another fingerprint
     with pytest.raises(RedkitError, match="retrain it for this backbone"):
         StepDecomposer.load(out / "module", other_split)
@@ -172,8 +197,13 @@ def test_loading_refuses_another_module_kind(tiny_decomposer, tmp_path):
 
 @pytest.mark.slow
 def test_tuning_the_top_layers_saves_them_with_the_head_and_keeps_the_source_fingerprint(tmp_path):
-    config = DecomposerConfig(n=200, max_train=64, max_val=16, tune_top=True,
-                              train=TrainConfig(lr=1e-3, batch_size=32, virtual_batch_size=32, max_epochs=1, patience=1))
+    config = DecomposerConfig(
+        n=200,
+        max_train=64,
+        max_val=16,
+        tune_top=True,
+        train=TrainConfig(lr=1e-3, batch_size=32, virtual_batch_size=32, max_epochs=1, patience=1),
+    )
     metrics = train_decomposer(tmp_path, config, print_fn=lambda line: None)
     meta = json.loads((tmp_path / "module" / "config.json").read_text())
     assert meta["config"]["tuned_top"] is True
@@ -189,7 +219,7 @@ def test_a_decoder_backbone_also_yields_valid_programs(tmp_path):
     from test_backbone import make_tiny_qwen3
 
     from redkit.backbone import Backbone, BackboneConfig
-    from redkit.decomposer import DecomposerHead, HeadConfig
+    from redkit_experiments.decomposer import DecomposerHead, HeadConfig
 
     backbone = Backbone(BackboneConfig(path=str(make_tiny_qwen3(tmp_path / "qwen3"))))
     model = StepDecomposer(backbone, DecomposerHead(HeadConfig(dim=backbone.hidden_size)))

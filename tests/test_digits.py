@@ -5,12 +5,12 @@ import json
 
 import numpy as np
 import pytest
+from test_idx import write_idx
 
 from redkit.cli import main
 from redkit.compositions import COMPOSITIONS
-from redkit.digits import RUN_MODES
 from redkit.metrics import classification_metrics
-from test_idx import write_idx
+from redkit_experiments.digits import RUN_MODES
 
 DOMAINS = ("d01", "d23", "d45", "d67", "d89")
 QUICK = ("--max_epochs", "2")
@@ -61,7 +61,12 @@ def test_splits_add_up(digits_run):
     train, val, base = (set(s[name]["indices"]) for name in ("train", "val", "base"))
     assert not train & val and base <= train
     for split in s.values():
-        assert len(split["indices"]) == split["count"] == sum(split["per_domain"].values()) == sum(split["per_class"].values())
+        assert (
+            len(split["indices"])
+            == split["count"]
+            == sum(split["per_domain"].values())
+            == sum(split["per_class"].values())
+        )
     assert abs(s["base"]["count"] - 0.1 * s["train"]["count"]) <= 10  # stratified rounding per digit
 
 
@@ -69,11 +74,16 @@ def test_modules_are_safetensors_directories(digits_run):
     out, _ = digits_run
     modules = out / "modules"
     expected = ["backbone", "classifier", "router", "gate", "heads/global_full"]
-    expected += [f"experts/{kind}/{d}" for kind in ("residual", "logit") for d in DOMAINS] + [f"heads/{d}" for d in DOMAINS]
+    expected += [f"experts/{kind}/{d}" for kind in ("residual", "logit") for d in DOMAINS] + [
+        f"heads/{d}" for d in DOMAINS
+    ]
     for name in expected:
         assert (modules / name / "config.json").is_file() and (modules / name / "model.safetensors").is_file(), name
     assert not list(modules.rglob("checkpoint.*"))
-    backbone, expert = _read(modules / "backbone" / "config.json"), _read(modules / "experts" / "residual" / "d23" / "config.json")
+    backbone, expert = (
+        _read(modules / "backbone" / "config.json"),
+        _read(modules / "experts" / "residual" / "d23" / "config.json"),
+    )
     assert backbone["config"] == {"input_dim": 64, "hidden": 128, "depth": 2, "activation": "gelu"}
     assert expert["backbone_fingerprint"] == backbone["backbone_fingerprint"] and expert["domain"] == 1
 
@@ -94,7 +104,13 @@ def test_run_red_trains_no_heads_or_gate(tmp_path):
     assert not (out / "modules" / "heads").exists() and not (out / "modules" / "gate").exists()
     results = _read(out / "results.json")
     assert tuple(results["splits"]["test"]) == RUN_MODES["red"].compositions
-    assert set(RUN_MODES["red"].compositions) == {"global_10pct", "red", "red_oracle", "red_uniform", "red_logits"}
+    assert set(RUN_MODES["red"].compositions) == {
+        "base_classifier",
+        "red",
+        "red_oracle",
+        "red_uniform",
+        "red_logit_experts",
+    }
     assert "gate" not in results and set(results["router"]) == {"train", "val", "test"}
 
 
@@ -107,7 +123,24 @@ def test_mnist_idx_files_through_data_dir(tmp_path):
         write_idx(data / f"{prefix}-images-idx3-ubyte.gz", rng.integers(0, 256, (n, 28, 28), dtype=np.uint8), gz=True)
         write_idx(data / f"{prefix}-labels-idx1-ubyte", np.arange(n, dtype=np.uint8) % 10)
     out = tmp_path / "run"
-    assert main(["reproduce", "digits", "--data_dir", str(data), "--save_dir", str(out), "--run", "red", "--hidden", "16", *QUICK]) == 0
+    assert (
+        main(
+            [
+                "reproduce",
+                "digits",
+                "--data_dir",
+                str(data),
+                "--save_dir",
+                str(out),
+                "--run",
+                "red",
+                "--hidden",
+                "16",
+                *QUICK,
+            ]
+        )
+        == 0
+    )
     summary, results = _read(out / "splits.json"), _read(out / "results.json")
     assert summary["source"]["name"] == "mnist" and summary["source"]["sizes"] == {"train": 200, "test": 60}
     assert summary["splits"]["val"]["count"] == 20 and summary["splits"]["base"]["count"] == 20
@@ -116,7 +149,9 @@ def test_mnist_idx_files_through_data_dir(tmp_path):
 
 
 def test_bad_settings_are_one_line_errors(tmp_path, capsys):
-    assert main(["reproduce", "digits", "--data_dir", str(tmp_path / "nowhere"), "--save_dir", str(tmp_path / "r")]) == 2
+    assert (
+        main(["reproduce", "digits", "--data_dir", str(tmp_path / "nowhere"), "--save_dir", str(tmp_path / "r")]) == 2
+    )
     assert "MNIST directory not found" in capsys.readouterr().err
     assert main(["reproduce", "digits", "--val_ratio", "1.5", "--save_dir", str(tmp_path / "r")]) == 2
     assert "val_ratio" in capsys.readouterr().err
@@ -128,17 +163,24 @@ def test_classification_metrics_by_hand():
     m = classification_metrics(pred, true, domain_of_class=("a", "a", "b", "b"))
     assert m["overall"]["accuracy"] == pytest.approx(4 / 6)
     assert m["overall"]["confusion_matrix"] == [[1, 1, 0, 0], [0, 2, 0, 0], [0, 0, 0, 1], [0, 0, 0, 1]]
-    assert m["overall"]["per_class"]["1"] == {"precision": pytest.approx(2 / 3), "recall": 1.0, "f1": pytest.approx(0.8), "support": 2}
+    assert m["overall"]["per_class"]["1"] == {
+        "precision": pytest.approx(2 / 3),
+        "recall": 1.0,
+        "f1": pytest.approx(0.8),
+        "support": 2,
+    }
     assert m["per_domain"]["a"]["accuracy"] == 0.75 and m["per_domain"]["a"]["domain_accuracy"] == 1.0
     assert m["per_domain"]["b"]["accuracy"] == 0.5 and set(m["per_domain"]["b"]["per_class"]) == {"2", "3"}
     assert m["overall"]["domain_accuracy"] == 1.0
 
 
 def test_reproduce_toy_is_wired(tmp_path, monkeypatch, capsys):
-    import redkit.toy
+    import redkit_experiments.toy
 
     seen = {}
-    monkeypatch.setattr(redkit.toy, "reproduce_toy", lambda out, config: seen.update(out=out, seed=config.seed) or {})
-    monkeypatch.setattr(redkit.toy, "format_tables", lambda results: "TOY TABLES")
+    monkeypatch.setattr(
+        redkit_experiments.toy, "reproduce_toy", lambda out, config: seen.update(out=out, seed=config.seed) or {}
+    )
+    monkeypatch.setattr(redkit_experiments.toy, "format_tables", lambda results: "TOY TABLES")
     assert main(["reproduce", "toy", "--out", str(tmp_path), "--seed", "3"]) == 0
     assert seen == {"out": tmp_path, "seed": 3} and "TOY TABLES" in capsys.readouterr().out

@@ -14,9 +14,8 @@ import sys
 import time
 
 import pytest
-from safetensors.torch import load_file
-
 from conftest import run_cli
+from safetensors.torch import load_file
 from test_backbone import make_tiny_qwen3
 
 # Measured (this test, 5 epochs of 3 steps, one shared 2-core machine): 2 processes vs 1, max |dw|
@@ -39,13 +38,16 @@ def make_run(directory, backbone):
     """A Task 1 run of 2,000 examples (base subset 160: 3 global batches per epoch) whose stage base
     keeps its last epoch (min_delta -inf), so that the weights compared are those after every step."""
     from redkit.backbone import BackboneConfig
-    from redkit.data.generate import DataConfig
-    from redkit.run import Run, RunConfig
+    from redkit_experiments.arithmetic.generate import DataConfig
+    from redkit_experiments.arithmetic.run import RunConfig, TaskRun
 
-    config = RunConfig(task="task1", data=DataConfig(task="task1", n=2000),
-                       backbone=BackboneConfig(path=str(backbone), pooling="last", trainable_layers=1))
+    config = RunConfig(
+        task="task1",
+        data=DataConfig(task="task1", n=2000),
+        backbone=BackboneConfig(path=str(backbone), pooling="last", trainable_layers=1),
+    )
     config.stage_overrides["base"] |= {"max_epochs": EPOCHS, "min_delta": -math.inf, "patience": EPOCHS}
-    Run(directory, config).prepare_data()
+    TaskRun(directory, config).prepare_data()
     return directory
 
 
@@ -92,9 +94,22 @@ def test_killed_torchrun_stage_base_resumes_in_one_process(one_process, qwen, tm
     one process from that checkpoint."""
     run = make_run(tmp_path / "run", qwen)
     env = dict(os.environ, OMP_NUM_THREADS="1")
-    ranks = subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
-                              "-m", "redkit.train.distributed", str(run)], env=env, start_new_session=True,
-                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    ranks = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            "--nproc_per_node=2",
+            "-m",
+            "redkit.train.distributed",
+            str(run),
+        ],
+        env=env,
+        start_new_session=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     state = run / "modules" / "classifier" / "checkpoint.json"
     deadline = time.monotonic() + 240
     while not state.is_file() and ranks.poll() is None and time.monotonic() < deadline:

@@ -18,15 +18,19 @@ def test_bf16_and_fp32_experts_from_separate_processes_compose(tiny_run, tmp_pat
     shutil.rmtree(run.joinpath(*RESIDUAL))
     env = dict(os.environ, TQDM_DISABLE="1")
     train = [sys.executable, "-m", "redkit.cli", "train", "experts", "--run", str(run), "--kind", "residual"]
-    jobs = [subprocess.Popen(train + ["--domain", "R1", "--precision", "bf16"], env=env, stderr=subprocess.PIPE, text=True),
-            subprocess.Popen(train + [f"--domain=R{i}" for i in range(2, 6)], env=env, stderr=subprocess.PIPE, text=True)]
+    jobs = [
+        subprocess.Popen(train + ["--domain", "R1", "--precision", "bf16"], env=env, stderr=subprocess.PIPE, text=True),
+        subprocess.Popen(train + [f"--domain=R{i}" for i in range(2, 6)], env=env, stderr=subprocess.PIPE, text=True),
+    ]
     for job in jobs:  # at the same time, each alone
         assert job.wait() == 0, job.stderr.read()
     for name in ("R1", "R2", "R3", "R4", "R5"):
         metrics = json.loads(run.joinpath(*RESIDUAL, name, "config.json").read_text())["metrics"]
         assert metrics["precision"] == ("bf16" if name == "R1" else "fp32")
-        same = run.joinpath(*RESIDUAL, name, "model.safetensors").read_bytes() == \
-            tiny_run.joinpath(*RESIDUAL, name, "model.safetensors").read_bytes()
+        same = (
+            run.joinpath(*RESIDUAL, name, "model.safetensors").read_bytes()
+            == tiny_run.joinpath(*RESIDUAL, name, "model.safetensors").read_bytes()
+        )
         assert same == (name != "R1")  # fp32 in another process: the same bytes; bf16: other ones
     code, out, err = run_cli(["eval", "--run", run, "--data", run / "data" / "test.jsonl"], capsys)
     assert code == 0, err

@@ -10,8 +10,8 @@ import shutil
 from pathlib import Path
 
 import pytest
-
 from conftest import run_cli
+
 from redkit.fitting.topics import topic_records, write_topics
 
 README = Path(__file__).resolve().parent.parent / "README.md"
@@ -25,8 +25,11 @@ def _readme_snippet() -> str:
 
 
 def _digest(directory: Path, pattern: str = "*") -> dict[str, str]:
-    return {str(p.relative_to(directory)): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(directory.rglob(pattern)) if p.is_file()}
+    return {
+        str(p.relative_to(directory)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(directory.rglob(pattern))
+        if p.is_file()
+    }
 
 
 @pytest.fixture(scope="module")
@@ -54,7 +57,9 @@ def test_fit_records_classes_domains_and_writes_the_report(fitted):
     assert splits["train"]["count"] + splits["val"]["count"] == 240 and splits["test"]["count"] == 80
     assert all(n >= 1 for n in splits["val"]["per_domain"].values())  # stratified by domain
     report = (run / "report.md").read_text()
-    assert "Domain accuracy" in report and "Accuracy by domain (test)" in report and "range" not in report.split("##")[1]
+    assert (
+        "Domain accuracy" in report and "Accuracy by domain (test)" in report and "range" not in report.split("##")[1]
+    )
     results = json.loads((run / "results.json").read_text())
     red = results["splits"]["test"]["red"]
     assert set(red["by_domain"]) == set(config["domains"]) and 0 <= red["domain_accuracy"] <= 1
@@ -88,9 +93,9 @@ def test_readme_red_module_block_on_the_run_predicts_what_the_api_predicts(fitte
     run: the RED model saved, loaded with from_pretrained and put around the run's backbone gives
     the API's labels, probabilities and expert weights on raw text."""
     import torch
+    from test_red import readme_block
 
     import redkit
-    from test_red import readme_block
 
     _, run_dir, _ = fitted
     monkeypatch.chdir(tmp_path)
@@ -128,13 +133,40 @@ def test_a_bundle_of_a_fit_run_predicts_and_evaluates_as_the_run(fitted, tmp_pat
     assert not (tmp_path / "bundle" / "cache").exists()  # nothing written into the bundle
 
 
+def test_a_bundle_carries_the_runs_oos_thresholds_and_says_out_of_scope_as_the_run(fitted, tmp_path):
+    """oos.json (`fit --oos`) travels in the bundle, listed in its manifest (verified on open), with the
+    thresholds a bundle can apply; one whose score compares with the training features (knn) is left
+    out, and export says so."""
+    import redkit
+    from redkit.bundle.export import describe, export_bundle
+    from redkit.bundle.manifest import MANIFEST
+
+    data, run_dir, _ = fitted
+    run = shutil.copytree(run_dir, tmp_path / "run")
+    texts = [json.loads(line)["text"] for line in (data / "test.jsonl").read_text().splitlines()[:6]]
+    confidence = sorted(p.probability for p in redkit.load(run).predict(texts))
+    chosen = {"red": {"score": "msp", "threshold": (confidence[1] + confidence[2]) / 2}}
+    (run / "oos.json").write_text(json.dumps(chosen | {"moe": {"score": "knn", "threshold": 0.5}}))
+    from_run = [p.out_of_scope for p in redkit.load(run).predict(texts)]
+    assert from_run.count(True) == 2
+    manifest = export_bundle(run, tmp_path / "bundle")
+    bundle = tmp_path / "bundle"
+    assert "oos.json" in manifest["files"] and json.loads((bundle / "oos.json").read_text()) == chosen
+    assert manifest["oos_left_out"] == {"moe": "knn"}
+    assert "no OOS threshold for moe (knn): its score needs the run's training features" in describe(bundle, manifest)
+    assert [p.out_of_scope for p in redkit.load(bundle).predict(texts)] == from_run
+    assert json.loads((bundle / MANIFEST).read_text())["files"]["oos.json"]["sha256"]  # verified on every open
+
+
 def test_eval_counts_an_unseen_label_as_wrong(fitted, tmp_path, capsys):
     import redkit
 
     data, run_dir, _ = fitted
     rows = (data / "test.jsonl").read_text().splitlines()[:30]
-    unseen = [json.dumps({"text": "what is the weather on mars", "label": "weather", "domain": "travel"}),
-              json.dumps({"text": "how do I tie a tie", "label": "howto"})]  # no domain: the oracles are left out
+    unseen = [
+        json.dumps({"text": "what is the weather on mars", "label": "weather", "domain": "travel"}),
+        json.dumps({"text": "how do I tie a tie", "label": "howto"}),
+    ]  # no domain: the oracles are left out
     (tmp_path / "seen.jsonl").write_text("\n".join(rows) + "\n")
     (tmp_path / "mixed.jsonl").write_text("\n".join(rows + unseen) + "\n")
     seen = redkit.load(run_dir).evaluate(tmp_path / "seen.jsonl")
@@ -167,14 +199,18 @@ def test_train_one_expert_alone_gives_the_same_module(fitted, tmp_path, capsys):
     before = _digest(copy / "modules", "*.safetensors")
     shutil.rmtree(copy / expert.parent)
     code, _, _ = run_cli(["train", "experts", "--run", copy, "--domain", "cooking", "--kind", "residual"], capsys)
-    assert code == 0 and _digest(copy / "modules", "*.safetensors") == before  # same seed, same weights; nothing else touched
+    assert (
+        code == 0 and _digest(copy / "modules", "*.safetensors") == before
+    )  # same seed, same weights; nothing else touched
 
 
 def _new_domain(directory: Path, label: str | None = None) -> Path:
     """A new domain: banking requests from the mobile app, with the run's banking labels."""
     directory.mkdir(parents=True)
-    rows = [{"text": "in the app: " + r["text"], "label": label or r["label"], "domain": "bank_app"}
-            for r in topic_records(40, 1, 3, seed=7)]
+    rows = [
+        {"text": "in the app: " + r["text"], "label": label or r["label"], "domain": "bank_app"}
+        for r in topic_records(40, 1, 3, seed=7)
+    ]
     (directory / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     return directory
 
@@ -183,7 +219,9 @@ def test_add_domain_trains_only_the_new_expert_and_the_router(fitted, tmp_path, 
     _, run_dir, _ = fitted
     parent_before = _digest(run_dir)
     out = tmp_path / "run2"
-    code, printed, _ = run_cli(["add-domain", "--run", run_dir, "--data", _new_domain(tmp_path / "new"), "--out", out], capsys)
+    code, printed, _ = run_cli(
+        ["add-domain", "--run", run_dir, "--data", _new_domain(tmp_path / "new"), "--out", out], capsys
+    )
     assert code == 0
     assert "byte-identical to their source's (sha256 of their weights): True" in printed
     assert _digest(run_dir) == parent_before  # the parent is only read
@@ -210,6 +248,7 @@ def test_add_domain_accepts_a_label_the_run_has_never_seen(fitted, tmp_path, cap
 
 # ---- bad input: one line naming file, line and field; exit 2; nothing a rerun would trust ----------
 
+
 def _write(directory: Path, name: str, text: str) -> Path:
     directory.mkdir(parents=True, exist_ok=True)
     (directory / name).write_text(text)
@@ -221,21 +260,42 @@ def _good_rows(n: int = 8) -> list[str]:
 
 
 BAD_INPUTS = {
-    "missing text": ("train.jsonl", lambda: "\n".join(_good_rows()[:2] + ['{"label": "refund", "domain": "banking"}']),
-                     "train.jsonl:3: missing text field 'text'"),
-    "missing label": ("train.jsonl", lambda: "\n".join(_good_rows()[:2] + ['{"text": "hi", "domain": "banking"}']),
-                      "train.jsonl:3: missing label field 'label'"),
-    "missing domain": ("train.jsonl", lambda: "\n".join(_good_rows()[:3] + ['{"text": "hi", "label": "refund"}']),
-                       "train.jsonl:4: missing domain field 'domain'"),
-    "csv without header": ("train.csv", lambda: "refund the fee,refund,banking\nbook a flight,book,travel\n",
-                           "train.csv:1: no header row naming the fields"),
+    "missing text": (
+        "train.jsonl",
+        lambda: "\n".join(_good_rows()[:2] + ['{"label": "refund", "domain": "banking"}']),
+        "train.jsonl:3: missing text field 'text'",
+    ),
+    "missing label": (
+        "train.jsonl",
+        lambda: "\n".join(_good_rows()[:2] + ['{"text": "hi", "domain": "banking"}']),
+        "train.jsonl:3: missing label field 'label'",
+    ),
+    "missing domain": (
+        "train.jsonl",
+        lambda: "\n".join(_good_rows()[:3] + ['{"text": "hi", "label": "refund"}']),
+        "train.jsonl:4: missing domain field 'domain'",
+    ),
+    "csv without header": (
+        "train.csv",
+        lambda: "refund the fee,refund,banking\nbook a flight,book,travel\n",
+        "train.csv:1: no header row naming the fields",
+    ),
     "empty train": ("train.jsonl", lambda: "\n", "train.jsonl: the file holds no records"),
-    "one-example domain": ("train.jsonl", lambda: "\n".join(_good_rows() + ['{"text": "hi", "label": "refund", "domain": "solo"}']),
-                           "train.jsonl:9: field 'domain' = 'solo' has 1 training example"),
-    "1 and '1'": ("train.jsonl", lambda: '{"text": "a", "label": 1, "domain": "x"}\n{"text": "b", "label": "1", "domain": "x"}\n',
-                  "train.jsonl:2: field 'label' = '1' but"),
-    "'1' and '01' in a csv": ("train.csv", lambda: "text,label,domain\na,1,x\nb,2,x\nc,01,x\n",
-                              "train.csv:4: field 'label' = '01' but"),
+    "one-example domain": (
+        "train.jsonl",
+        lambda: "\n".join(_good_rows() + ['{"text": "hi", "label": "refund", "domain": "solo"}']),
+        "train.jsonl:9: field 'domain' = 'solo' has 1 training example",
+    ),
+    "1 and '1'": (
+        "train.jsonl",
+        lambda: '{"text": "a", "label": 1, "domain": "x"}\n{"text": "b", "label": "1", "domain": "x"}\n',
+        "train.jsonl:2: field 'label' = '1' but",
+    ),
+    "'1' and '01' in a csv": (
+        "train.csv",
+        lambda: "text,label,domain\na,1,x\nb,2,x\nc,01,x\n",
+        "train.csv:4: field 'label' = '01' but",
+    ),
 }
 
 
@@ -251,12 +311,28 @@ def test_bad_input_is_one_line_and_writes_no_run(tmp_path, capsys, case):
 
 
 def test_config_file_for_fit_and_flags_override_it(tmp_path, capsys):
-    data = _write(tmp_path / "data", "train.jsonl", "\n".join(_good_rows()[:2] + ['{"text": "hi", "intent": "refund"}']))
+    data = _write(
+        tmp_path / "data", "train.jsonl", "\n".join(_good_rows()[:2] + ['{"text": "hi", "intent": "refund"}'])
+    )
     config = _write(tmp_path, "fit.yaml", "label_field: intent\ndomain-field: topic\n") / "fit.yaml"
     code, _, err = run_cli(["fit", "--config", config, "--data", data, "--out", tmp_path / "run"], capsys)
     assert code == 2 and "train.jsonl:1: missing label field 'intent'" in err  # the file's field names
-    code, _, err = run_cli(["fit", "--config", config, "--label-field", "label", "--domain-field", "domain",
-                            "--data", data, "--out", tmp_path / "run"], capsys)
+    code, _, err = run_cli(
+        [
+            "fit",
+            "--config",
+            config,
+            "--label-field",
+            "label",
+            "--domain-field",
+            "domain",
+            "--data",
+            data,
+            "--out",
+            tmp_path / "run",
+        ],
+        capsys,
+    )
     assert code == 2 and "train.jsonl:3: missing label field 'label'" in err  # the flags win
     _write(tmp_path, "fit.yaml", "lable-field: intent\n")
     code, _, err = run_cli(["fit", "--config", config, "--data", data, "--out", tmp_path / "run"], capsys)
@@ -269,8 +345,12 @@ def test_labels_order_and_csv_with_own_field_names(tmp_path):
     from redkit.fitting.data import load_fit_data
     from redkit.fitting.records import Fields
 
-    data = _write(tmp_path / "data", "train.csv", "body,y,src\n" + "".join(f"text {i},{y},{d}\n" for i, (y, d) in
-                                                                        enumerate([(10, "a"), (2, "a"), (10, "b"), (9, "b")] * 2)))
+    data = _write(
+        tmp_path / "data",
+        "train.csv",
+        "body,y,src\n"
+        + "".join(f"text {i},{y},{d}\n" for i, (y, d) in enumerate([(10, "a"), (2, "a"), (10, "b"), (9, "b")] * 2)),
+    )
     loaded = load_fit_data(data, Fields("body", "y", "src"), seed=0, val_fraction=0.1)
     assert loaded.labels == ("2", "9", "10") and loaded.numeric_labels and loaded.domains == ("a", "b")
     assert [len(loaded.splits[s]) for s in ("train", "val")] == [6, 2] and "test" not in loaded.splits

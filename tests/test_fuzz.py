@@ -9,20 +9,34 @@ regressions at the end are inputs these properties (or the script) found, kept a
 import json
 
 import pytest
+from conftest import run_cli
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from conftest import run_cli
 from redkit.errors import RedkitError
 
-FUZZ = settings(max_examples=150, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.function_scoped_fixture])
+FUZZ = settings(
+    max_examples=150, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 
 # JSON-like values, nested a little, with the awkward scalars: huge and non-finite numbers, unicode.
-SCALARS = (st.none() | st.booleans() | st.integers() | st.integers(min_value=10**30) | st.floats(allow_nan=True)
-           | st.text(max_size=20) | st.sampled_from(["12", " 7 ", "R3", "range_2_20", "²", "٣", "1e400", "-0", ""]))
-JSON_VALUES = st.recursive(SCALARS, lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
-                           max_leaves=12)
-FIELDS = st.sampled_from(["question", "expr", "answer", "label", "domain", "num_ops", "num_steps", "id", "program", "operation"])
+SCALARS = (
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.integers(min_value=10**30)
+    | st.floats(allow_nan=True)
+    | st.text(max_size=20)
+    | st.sampled_from(["12", " 7 ", "R3", "range_2_20", "²", "٣", "1e400", "-0", ""])
+)
+JSON_VALUES = st.recursive(
+    SCALARS,
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
+    max_leaves=12,
+)
+FIELDS = st.sampled_from(
+    ["question", "expr", "answer", "label", "domain", "num_ops", "num_steps", "id", "program", "operation"]
+)
 RECORDS = st.dictionaries(FIELDS, JSON_VALUES, max_size=7) | JSON_VALUES
 
 
@@ -34,7 +48,7 @@ def _is_one_line(err: RedkitError) -> bool:
 @FUZZ
 @given(st.lists(st.binary(max_size=60) | RECORDS.map(lambda r: json.dumps(r).encode()), min_size=0, max_size=6))
 def test_the_jsonl_reader_reads_or_refuses_any_bytes(tmp_path, lines):
-    from redkit.data.records import read_jsonl
+    from redkit_experiments.arithmetic.records import read_jsonl
 
     path = tmp_path / "fuzz.jsonl"
     path.write_bytes(b"\n".join(line.replace(b"\n", b" ") for line in lines))
@@ -51,7 +65,7 @@ def test_the_jsonl_reader_reads_or_refuses_any_bytes(tmp_path, lines):
 @FUZZ
 @given(RECORDS)
 def test_parse_record_takes_or_names_any_decoded_value(record):
-    from redkit.data.records import parse_record
+    from redkit_experiments.arithmetic.records import parse_record
 
     try:
         example = parse_record(record, "f.jsonl:1", default_id=0)
@@ -62,15 +76,41 @@ def test_parse_record_takes_or_names_any_decoded_value(record):
 
 
 # Programs: well-formed pieces recombined (so that deep cases are reached) and raw text.
-PROGRAM_TOKENS = st.sampled_from(["Step", "1", "2", "3", ":", "x1", "x2", "x3", "+", "-", "*", "=", "Answer", "\n", " ",
-                                  "²", "٣", "x0", "12", "007", "y", "==", "\t", "Step 1:"])
+PROGRAM_TOKENS = st.sampled_from(
+    [
+        "Step",
+        "1",
+        "2",
+        "3",
+        ":",
+        "x1",
+        "x2",
+        "x3",
+        "+",
+        "-",
+        "*",
+        "=",
+        "Answer",
+        "\n",
+        " ",
+        "²",
+        "٣",
+        "x0",
+        "12",
+        "007",
+        "y",
+        "==",
+        "\t",
+        "Step 1:",
+    ]
+)
 PROGRAM_TEXTS = st.lists(PROGRAM_TOKENS, max_size=30).map(" ".join) | st.text(max_size=80)
 
 
 @FUZZ
 @given(PROGRAM_TEXTS)
 def test_the_program_parser_parses_or_names_any_text(text):
-    from redkit.programs import parse_program, render_program
+    from redkit_experiments.arithmetic.programs import parse_program, render_program
 
     try:
         program = parse_program(text)
@@ -108,10 +148,44 @@ def test_the_bundle_manifest_reader_checks_its_fields(tmp_path, files, fmt):
 
 
 # argv: the real commands and flags, shuffled with junk, so that parsing gets past the first word.
-ARGV_WORDS = st.sampled_from(["eval", "predict", "export", "train", "data", "reproduce", "study", "analyze", "report",
-                              "add-expert", "--run", "--data", "--out", "--composition", "--heads", "--help", "-h", "red",
-                              "moe", "task1", "noise", "routing", "router", "--n", "-1", "0", "x", "", "--", "\x00",
-                              "/nonexistent", "--seed", "1e9", "ünïcödé"])
+ARGV_WORDS = st.sampled_from(
+    [
+        "eval",
+        "predict",
+        "export",
+        "train",
+        "data",
+        "reproduce",
+        "study",
+        "analyze",
+        "report",
+        "add-expert",
+        "--run",
+        "--data",
+        "--out",
+        "--composition",
+        "--heads",
+        "--help",
+        "-h",
+        "red",
+        "moe",
+        "task1",
+        "noise",
+        "routing",
+        "router",
+        "--n",
+        "-1",
+        "0",
+        "x",
+        "",
+        "--",
+        "\x00",
+        "/nonexistent",
+        "--seed",
+        "1e9",
+        "ünïcödé",
+    ]
+)
 
 
 @pytest.mark.slow
@@ -120,7 +194,14 @@ ARGV_WORDS = st.sampled_from(["eval", "predict", "export", "train", "data", "rep
 def test_the_cli_exits_0_or_2_on_any_argv(capsys, argv):
     if any("\x00" in a for a in argv):  # a NUL cannot reach a real process's argv; os calls reject it
         argv = [a.replace("\x00", "") for a in argv]
-    if "reproduce" in argv or "add-expert" in argv or "train" in argv or "data" in argv or "study" in argv or "analyze" in argv:
+    if (
+        "reproduce" in argv
+        or "add-expert" in argv
+        or "train" in argv
+        or "data" in argv
+        or "study" in argv
+        or "analyze" in argv
+    ):
         if not {"--help", "-h"} & set(argv) and "/nonexistent" not in argv:
             argv = ["--version-that-does-not-exist"]  # these would start real work in the test's directory
     code, out, err = run_cli(argv, capsys)
@@ -131,9 +212,10 @@ def test_the_cli_exits_0_or_2_on_any_argv(capsys, argv):
 
 # ---- regressions: inputs the fuzzers found ------------------------------------------------------
 
+
 @pytest.mark.parametrize("value", ["²", "¹²", "٣"])
 def test_a_unicode_digit_domain_is_named_not_a_crash(value):
-    from redkit.data.records import parse_record
+    from redkit_experiments.arithmetic.records import parse_record
 
     try:
         parse_record({"question": "q", "answer": 5, "label": value}, "f:1", 0)
@@ -141,32 +223,63 @@ def test_a_unicode_digit_domain_is_named_not_a_crash(value):
         assert "label" in str(err)
 
 
-@pytest.mark.parametrize("text", ["Step ²: 1 + 2 = x1\nAnswer: x1", "Step 1: ² + 2 = x1\nAnswer: x1", "\u00a0\nAnswer: x1"])
+@pytest.mark.parametrize(
+    "text", ["Step ²: 1 + 2 = x1\nAnswer: x1", "Step 1: ² + 2 = x1\nAnswer: x1", "\u00a0\nAnswer: x1"]
+)
 def test_the_program_parser_names_unicode_digits_and_blank_symbols(text):
-    from redkit.programs import parse_program
+    from redkit_experiments.arithmetic.programs import parse_program
 
     with pytest.raises(RedkitError):
         parse_program(text)
 
 
 def test_a_huge_or_deeply_nested_record_is_one_line(tmp_path):
-    from redkit.data.records import read_jsonl
+    from redkit_experiments.arithmetic.records import read_jsonl
 
-    for line in ('{"question": "q", "answer": "' + "9" * 5000 + '"}', "[" * 100_000 + "]" * 100_000,
-                 '{"question": "q", "answer": 5, "label": ' + "[" * 5000 + "]" * 5000 + "}"):
+    for line in (
+        '{"question": "q", "answer": "' + "9" * 5000 + '"}',
+        "[" * 100_000 + "]" * 100_000,
+        '{"question": "q", "answer": 5, "label": ' + "[" * 5000 + "]" * 5000 + "}",
+    ):
         (tmp_path / "f.jsonl").write_text(line + "\n")
         with pytest.raises(RedkitError) as caught:
             read_jsonl(tmp_path / "f.jsonl")
         assert _is_one_line(caught.value) and len(str(caught.value)) < 500
 
 
-YAML_KEYS = st.sampled_from(["run", "data", "composition", "heads", "out", "config", "seed", "n", "run_", "--run", "", "ünï"])
-YAML_TEXTS = (st.dictionaries(YAML_KEYS, JSON_VALUES, max_size=4).map(lambda d: json.dumps(d))  # JSON is YAML
-              | st.lists(st.sampled_from(["run: x", "composition: [red, moe]", "heads: yes", "heads: 3", "- a", "&a [*a]",
-                                          "data: !!python/object:os.system x", "{", "seed: 1e999", "n: 0x10", "\t", ": :",
-                                          "composition:", "  - red", "out: ~", "? [a]\n: b", "%YAML 9.9", "---", "..."]),
-                         max_size=5).map("\n".join)
-              | st.text(max_size=60))
+YAML_KEYS = st.sampled_from(
+    ["run", "data", "composition", "heads", "out", "config", "seed", "n", "run_", "--run", "", "ünï"]
+)
+YAML_TEXTS = (
+    st.dictionaries(YAML_KEYS, JSON_VALUES, max_size=4).map(lambda d: json.dumps(d))  # JSON is YAML
+    | st.lists(
+        st.sampled_from(
+            [
+                "run: x",
+                "composition: [red, moe]",
+                "heads: yes",
+                "heads: 3",
+                "- a",
+                "&a [*a]",
+                "data: !!python/object:os.system x",
+                "{",
+                "seed: 1e999",
+                "n: 0x10",
+                "\t",
+                ": :",
+                "composition:",
+                "  - red",
+                "out: ~",
+                "? [a]\n: b",
+                "%YAML 9.9",
+                "---",
+                "...",
+            ]
+        ),
+        max_size=5,
+    ).map("\n".join)
+    | st.text(max_size=60)
+)
 
 
 @pytest.mark.slow
@@ -194,8 +307,10 @@ def test_the_yaml_config_loader_applies_or_names_any_file(tmp_path, content):
 # ---- a fit run's readers: JSONL and CSV of labelled text with domains ---------------------------
 
 FIT_FIELDS = st.sampled_from(["text", "label", "domain", "topic", "id"])
-FIT_RECORDS = st.dictionaries(FIT_FIELDS, JSON_VALUES | st.text(alphabet="0123456789", min_size=4000, max_size=5000),
-                              max_size=4) | JSON_VALUES
+FIT_RECORDS = (
+    st.dictionaries(FIT_FIELDS, JSON_VALUES | st.text(alphabet="0123456789", min_size=4000, max_size=5000), max_size=4)
+    | JSON_VALUES
+)
 CSV_CELLS = st.text(max_size=12) | st.sampled_from(["1", "01", " 7 ", "\x00", '"', "a,b", "\r\n", "9" * 5000])
 
 

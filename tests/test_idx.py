@@ -4,8 +4,8 @@ import struct
 import numpy as np
 import pytest
 
-from redkit.data.idx import load_digits_dataset, load_mnist, read_idx
 from redkit.errors import RedkitError
+from redkit_experiments.digits.idx import load_digits_dataset, load_mnist, read_idx
 
 
 def idx_bytes(array: np.ndarray, type_code: int = 0x08) -> bytes:
@@ -85,7 +85,9 @@ def make_mnist(tmp_path, n_train=5, n_test=3, gz=True):
     rng = np.random.default_rng(1)
     for prefix, n in (("train", n_train), ("t10k", n_test)):
         suffix = ".gz" if gz else ""
-        write_idx(tmp_path / f"{prefix}-images-idx3-ubyte{suffix}", rng.integers(0, 256, (n, 28, 28), dtype=np.uint8), gz)
+        write_idx(
+            tmp_path / f"{prefix}-images-idx3-ubyte{suffix}", rng.integers(0, 256, (n, 28, 28), dtype=np.uint8), gz
+        )
         write_idx(tmp_path / f"{prefix}-labels-idx1-ubyte{suffix}", rng.integers(0, 10, n, dtype=np.uint8), gz)
 
 

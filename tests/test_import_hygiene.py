@@ -1,4 +1,4 @@
-"""Importing redkit changes nothing in the process (DESIGN.md decision 13): no environment variable,
+"""Importing redkit changes nothing in the process (docs/guides/design.md, decision 13): no environment variable,
 no global torch state. Only the CLI and an explicit redkit.reproducible() choose kernels."""
 
 import json
@@ -13,8 +13,8 @@ pytestmark = pytest.mark.slow  # each test starts Python processes that import t
 
 # Snapshot torch's global state and the environment after importing the libraries redkit builds on
 # (scikit-learn sets KMP_* and peft TORCHINDUCTOR_CACHE_DIR on import: theirs, not redkit's), import
-# every library module of redkit found on disk (the CLI is an entry point, not a library: left out),
-# snapshot again, print both.
+# every module of redkit and of the paper's experiments found on disk (the CLI is an entry point and serve/ an
+# extra: left out), snapshot again, print both.
 PROBE = r"""
 import importlib, json, os, pathlib, torch, sklearn, transformers, peft
 def state():
@@ -22,10 +22,12 @@ def state():
             "deterministic": torch.are_deterministic_algorithms_enabled(), "dtype": str(torch.get_default_dtype()),
             "grad": torch.is_grad_enabled()}
 before = state()
-import redkit
-root = pathlib.Path(redkit.__file__).parent
-names = sorted(".".join(("redkit",) + f.relative_to(root).with_suffix("").parts).removesuffix(".__init__")
-               for f in root.rglob("*.py") if f.relative_to(root).parts[0] != "cli")
+import redkit, redkit_experiments
+names = []
+for package in (redkit, redkit_experiments):
+    root = pathlib.Path(package.__file__).parent
+    names += sorted(".".join((package.__name__,) + f.relative_to(root).with_suffix("").parts).removesuffix(".__init__")
+                    for f in root.rglob("*.py") if f.relative_to(root).parts[0] not in ("cli", "cli.py", "serve"))
 for name in names:
     importlib.import_module(name)
 print(json.dumps({"before": before, "after": state(), "imported": len(names),
@@ -34,22 +36,39 @@ print(json.dumps({"before": before, "after": state(), "imported": len(names),
 
 
 def clean_env() -> dict:
-    return {k: v for k, v in os.environ.items() if k not in ("ATEN_CPU_CAPABILITY", "TQDM_DISABLE", "HF_HUB_DISABLE_PROGRESS_BARS",
-                                                             "HF_HUB_OFFLINE", "TRANSFORMERS_VERBOSITY")}
+    return {
+        k: v
+        for k, v in os.environ.items()
+        if k
+        not in (
+            "ATEN_CPU_CAPABILITY",
+            "TQDM_DISABLE",
+            "HF_HUB_DISABLE_PROGRESS_BARS",
+            "HF_HUB_OFFLINE",
+            "TRANSFORMERS_VERBOSITY",
+        )
+    }
 
 
 def test_importing_every_library_module_changes_no_environment_and_no_torch_state():
     done = subprocess.run([sys.executable, "-c", PROBE], env=clean_env(), capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     seen = json.loads(done.stdout.strip().splitlines()[-1])
-    assert seen["imported"] > 100  # the walk found the library, not an empty package
-    changed = {k for k in seen["before"]["env"].keys() | seen["after"]["env"].keys()
-               if seen["before"]["env"].get(k) != seen["after"]["env"].get(k)}
+    assert seen["imported"] > 150  # the walk found both packages, not empty ones
+    changed = {
+        k
+        for k in seen["before"]["env"].keys() | seen["after"]["env"].keys()
+        if seen["before"]["env"].get(k) != seen["after"]["env"].get(k)
+    }
     assert not changed, f"importing redkit changed {sorted(changed)}"
     assert seen["before"] == seen["after"]
     if platform.machine().lower() in ("x86_64", "amd64"):  # ATen's own pick: the best the CPU has, as without redkit
-        best = subprocess.run([sys.executable, "-c", "import torch; print(torch.backends.cpu.get_cpu_capability())"],
-                              env=clean_env(), capture_output=True, text=True).stdout.strip()
+        best = subprocess.run(
+            [sys.executable, "-c", "import torch; print(torch.backends.cpu.get_cpu_capability())"],
+            env=clean_env(),
+            capture_output=True,
+            text=True,
+        ).stdout.strip()
         assert seen["capability"] == best
 
 
@@ -59,16 +78,28 @@ def test_reproducible_pins_avx2_kernels_before_torch_and_warns_after():
     ATEN_CPU_CAPABILITY the user set wins; called after torch, it can change nothing and says so."""
     probe = "import redkit; redkit.reproducible(); import torch; print(torch.backends.cpu.get_cpu_capability())"
     env = clean_env()
-    assert subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True).stdout.strip() == "AVX2"
+    assert (
+        subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True).stdout.strip() == "AVX2"
+    )
     plain = "import redkit, torch; print(torch.backends.cpu.get_cpu_capability())"
-    assert subprocess.run([sys.executable, "-c", plain], env=env | {"ATEN_CPU_CAPABILITY": "default"},
-                          capture_output=True, text=True).stdout.strip() == "DEFAULT"
-    assert subprocess.run([sys.executable, "-c", probe], env=env | {"ATEN_CPU_CAPABILITY": "default"},
-                          capture_output=True, text=True).stdout.strip() == "DEFAULT"
+    assert (
+        subprocess.run(
+            [sys.executable, "-c", plain], env=env | {"ATEN_CPU_CAPABILITY": "default"}, capture_output=True, text=True
+        ).stdout.strip()
+        == "DEFAULT"
+    )
+    assert (
+        subprocess.run(
+            [sys.executable, "-c", probe], env=env | {"ATEN_CPU_CAPABILITY": "default"}, capture_output=True, text=True
+        ).stdout.strip()
+        == "DEFAULT"
+    )
     # Once torch has picked its kernels (at the first one it runs), asking again changes nothing, and says so.
-    late = ("import torch, warnings, redkit; torch.ones(3).sum(); before = torch.backends.cpu.get_cpu_capability()\n"
-            "with warnings.catch_warnings(record=True) as caught:\n    warnings.simplefilter('always'); redkit.reproducible('default')\n"
-            "print(before == torch.backends.cpu.get_cpu_capability(), [str(w.message) for w in caught])")
+    late = (
+        "import torch, warnings, redkit; torch.ones(3).sum(); before = torch.backends.cpu.get_cpu_capability()\n"
+        "with warnings.catch_warnings(record=True) as caught:\n    warnings.simplefilter('always'); redkit.reproducible('default')\n"
+        "print(before == torch.backends.cpu.get_cpu_capability(), [str(w.message) for w in caught])"
+    )
     out = subprocess.run([sys.executable, "-c", late], env=env, capture_output=True, text=True).stdout.strip()
     assert out.startswith("True ") and "already runs" in out
 
@@ -76,4 +107,7 @@ def test_reproducible_pins_avx2_kernels_before_torch_and_warns_after():
 @pytest.mark.skipif(platform.machine().lower() not in ("x86_64", "amd64"), reason="x86-64 only")
 def test_the_cli_runs_on_avx2_kernels():
     probe = "import redkit.cli, torch; print(torch.backends.cpu.get_cpu_capability())"
-    assert subprocess.run([sys.executable, "-c", probe], env=clean_env(), capture_output=True, text=True).stdout.strip() == "AVX2"
+    assert (
+        subprocess.run([sys.executable, "-c", probe], env=clean_env(), capture_output=True, text=True).stdout.strip()
+        == "AVX2"
+    )

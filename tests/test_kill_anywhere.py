@@ -52,8 +52,13 @@ def reached(run: Path, target: str) -> bool:
 
 def start(run: Path) -> subprocess.Popen:
     env = dict(os.environ, TQDM_DISABLE="1")
-    return subprocess.Popen([sys.executable, "-m", "redkit.cli", *ARGS, "--out", str(run)], env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        [sys.executable, "-m", "redkit.cli", *ARGS, "--out", str(run)],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 def modules_bytes(run: Path) -> dict[str, bytes]:

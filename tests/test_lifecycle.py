@@ -13,14 +13,14 @@ from pathlib import Path
 
 import pytest
 import torch
-
 from conftest import run_cli
+
 from redkit.fitting.topics import topic_records, write_topics
 
 FIT_ARGS = ("--max-epochs", "8")  # enough for the new label rows to learn; the cost is the backbone, not the epochs
 # The paper's 10 % base, pinned: with fit's default (base on all of train) C is sharper on the old labels and a new
-# domain's rows, trained alone, reach only 0.3 on it under `red`'s full softmax on this tiny set (red_within is
-# unaffected: each domain's labels compete only with each other). docs/lifecycle.md says so.
+# domain's rows, trained alone, reach only 0.3 on it under `red`'s full softmax on this tiny set (red_per_domain is
+# unaffected: each domain's labels compete only with each other). docs/results/lifecycle.md says so.
 FIT_ARGS += ("--base-fraction", "0.1")
 
 
@@ -54,9 +54,17 @@ def world(tmp_path_factory) -> dict[str, Path]:
     before = _digest(root / "run")
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
-        assert main(["add-domain", "--run", str(root / "run"), "--data", str(tech), "--out", str(root / "run+tech")]) == 0
+        assert (
+            main(["add-domain", "--run", str(root / "run"), "--data", str(tech), "--out", str(root / "run+tech")]) == 0
+        )
     assert _digest(root / "run") == before  # the parent is only read
-    return {"root": root, "run": root / "run", "tech": tech, "added": root / "run+tech", "printed": Path(out.getvalue())}
+    return {
+        "root": root,
+        "run": root / "run",
+        "tech": tech,
+        "added": root / "run+tech",
+        "printed": Path(out.getvalue()),
+    }
 
 
 def test_a_domain_with_new_labels_grows_the_predictor_and_copies_every_old_module(world):
@@ -71,21 +79,25 @@ def test_a_domain_with_new_labels_grows_the_predictor_and_copies_every_old_modul
     change = results["lifecycle"]
     assert change["frozen_modules_unchanged"] is True and change["new_labels"] == {"tech": ["connect", "reset", "slow"]}
     for module, digest in change["frozen_modules"].items():  # recorded digests are the parent's, and the copies match
-        assert _sha(run / "modules" / module / "model.safetensors") == digest == _sha(added / "modules" / module / "model.safetensors")
+        assert (
+            _sha(run / "modules" / module / "model.safetensors")
+            == digest
+            == _sha(added / "modules" / module / "model.safetensors")
+        )
     assert "classifier" in change["frozen_modules"] and "experts/residual/banking" in change["frozen_modules"]
 
 
 def test_new_labels_compete_fairly_with_the_old_ones(world):
     """The new domain's queries get its new labels; the old domains' accuracy under RED does not drop."""
     results = json.loads((world["added"] / "results.json").read_text())
-    for composition in ("red", "red_within"):  # red_within: the new labels belong to tech (label_domains grew)
+    for composition in ("red", "red_per_domain"):  # red_per_domain: the new labels belong to tech (label_domains grew)
         table = results["lifecycle"]["before_after"]["test"][composition]
         assert table["tech"][0] is None and table["tech"][1] >= 0.5, composition  # learned alone, through the frozen C
         for domain in ("banking", "cooking", "health", "travel"):
             before, after = table[domain]
             assert after >= before - 0.05, (composition, domain, before, after)
     # the global heads cannot output the new labels, and say nothing of tech
-    assert results["splits"]["test"]["global_full"]["by_domain"]["tech"]["accuracy"] == 0.0
+    assert results["splits"]["test"]["global_head"]["by_domain"]["tech"]["accuracy"] == 0.0
     assert "cannot output them at all" in (world["added"] / "report.md").read_text()
 
 
@@ -106,8 +118,13 @@ def test_remove_domain_masks_its_labels_and_says_what_still_carries_it(world, tm
     config = json.loads((out / "config.json").read_text())
     assert config["domains"] == ["banking", "cooking", "health"] and config["removed_domains"] == ["travel"]
     assert sorted(config["removed_labels"]) == ["book", "cancel", "delay"]
-    assert not (out / "modules" / "experts" / "residual" / "travel").exists() and not (out / "modules" / "heads" / "travel").exists()
-    assert all(json.loads(line)["domain"] != "travel" for line in (out / "data" / "train.jsonl").read_text().splitlines())
+    assert (
+        not (out / "modules" / "experts" / "residual" / "travel").exists()
+        and not (out / "modules" / "heads" / "travel").exists()
+    )
+    assert all(
+        json.loads(line)["domain"] != "travel" for line in (out / "data" / "train.jsonl").read_text().splitlines()
+    )
     change = json.loads((out / "results.json").read_text())["lifecycle"]
     assert change["frozen_modules_unchanged"] is True and "experts/residual/travel" not in change["frozen_modules"]
     assert change["still_trained_on_removed_data"][:2] == ["backbone_top (stage base)", "classifier C (stage base)"]
@@ -118,13 +135,15 @@ def test_remove_domain_masks_its_labels_and_says_what_still_carries_it(world, tm
     by_domain = json.loads((out / "results.json").read_text())["splits"]["test"]["moe"]["by_domain"]
     assert all(by_domain[d]["accuracy"] >= 0.5 for d in ("banking", "cooking", "health")), by_domain
     travel = [r["text"] for r in topic_records(40, 4, 3, seed=3) if r["domain"] == "travel"]
-    for composition in ("red", "red_within", "global_10pct", "global_full", "moe"):
+    for composition in ("red", "red_per_domain", "base_classifier", "global_head", "moe"):
         labels = {p.label for p in redkit.load(out).predict(travel, composition=composition)}
         assert not labels & {"book", "cancel", "delay"}, composition
 
 
 def test_removing_a_domain_added_later_leaves_nothing_trained_on_it(world, tmp_path, capsys):
-    code, printed, _ = run_cli(["remove-domain", "--run", world["added"], "--domain", "tech", "--out", tmp_path / "back"], capsys)
+    code, printed, _ = run_cli(
+        ["remove-domain", "--run", world["added"], "--domain", "tech", "--out", tmp_path / "back"], capsys
+    )
     assert code == 0
     change = json.loads((tmp_path / "back" / "results.json").read_text())["lifecycle"]
     assert change["still_trained_on_removed_data"] == [] and "never saw its data" in printed
@@ -153,12 +172,17 @@ def test_an_expert_trained_from_a_bundle_is_the_one_add_domain_trains(world, tmp
     code, printed, _ = run_cli(["train-expert", "--bundle", bundle, "--data", world["tech"], "--out", expert], capsys)
     assert code == 0 and "wrote expert" in printed
     description = json.loads((expert / "expert.json").read_text())
-    assert description["host"]["fingerprint"] == json.loads((bundle / "manifest.json").read_text())["backbone"]["fingerprint"]
+    assert (
+        description["host"]["fingerprint"]
+        == json.loads((bundle / "manifest.json").read_text())["backbone"]["fingerprint"]
+    )
     assert not (expert / "modules" / "classifier").exists()  # only its own modules travel back
     code, printed, _ = run_cli(["add-domain", "--run", world["run"], "--expert", expert, "--out", out], capsys)
     assert code == 0 and "byte-identical to their source's (sha256 of their weights): True" in printed
     for module in ("experts/residual/tech", "experts/logit/tech", "heads/tech", "label_rows/tech"):
-        assert _sha(out / "modules" / module / "model.safetensors") == _sha(world["added"] / "modules" / module / "model.safetensors")
+        assert _sha(out / "modules" / module / "model.safetensors") == _sha(
+            world["added"] / "modules" / module / "model.safetensors"
+        )
 
 
 def test_an_expert_from_another_backbone_is_refused(world, tmp_path, capsys):
@@ -166,10 +190,23 @@ def test_an_expert_from_another_backbone_is_refused(world, tmp_path, capsys):
 
     qwen = make_tiny_qwen3(tmp_path / "qwen3")
     data = write_topics(tmp_path / "topics", train=120, val=0, test=0, domains=4, labels_per_domain=3)
-    assert run_cli(["fit", "--data", data, "--out", tmp_path / "other", "--backbone", qwen, "--max-epochs", "1"], capsys)[0] == 0
+    assert (
+        run_cli(["fit", "--data", data, "--out", tmp_path / "other", "--backbone", qwen, "--max-epochs", "1"], capsys)[
+            0
+        ]
+        == 0
+    )
     assert run_cli(["export", "--run", tmp_path / "other", "--out", tmp_path / "bundle"], capsys)[0] == 0
-    assert run_cli(["train-expert", "--bundle", tmp_path / "bundle", "--data", world["tech"], "--out", tmp_path / "expert"], capsys)[0] == 0
-    code, _, err = run_cli(["add-domain", "--run", world["run"], "--expert", tmp_path / "expert", "--out", tmp_path / "out"], capsys)
+    assert (
+        run_cli(
+            ["train-expert", "--bundle", tmp_path / "bundle", "--data", world["tech"], "--out", tmp_path / "expert"],
+            capsys,
+        )[0]
+        == 0
+    )
+    code, _, err = run_cli(
+        ["add-domain", "--run", world["run"], "--expert", tmp_path / "expert", "--out", tmp_path / "out"], capsys
+    )
     assert code == 2 and len(err.strip().splitlines()) == 1
     assert "trained on backbone" in err and "train it from a bundle of this run" in err
     assert not (tmp_path / "out").exists()
@@ -188,7 +225,9 @@ def test_an_altered_expert_file_is_refused(world, tmp_path, capsys):
 def test_study_lifecycle_removes_and_adds_back_a_domain(world, tmp_path, capsys):
     """The study's path: RUN - travel (its labels masked), then travel added back with label rows for them."""
     run = Path(shutil.copytree(world["run"], tmp_path / "run"))
-    code, printed, _ = run_cli(["study", "lifecycle", "--run", run, "--domain", "travel", "--joint-retrains", "1"], capsys)
+    code, printed, _ = run_cli(
+        ["study", "lifecycle", "--run", run, "--domain", "travel", "--joint-retrains", "1"], capsys
+    )
     assert code == 0
     study = run / "studies" / "lifecycle"
     result = json.loads((study / "results.json").read_text())
@@ -230,7 +269,9 @@ def test_a_new_domains_texts_are_encoded_in_their_own_order(world, tmp_path, mon
     import redkit.lifecycle.derive as derive
 
     calls = []
-    monkeypatch.setattr(derive, "encode", lambda backbone, texts, **kw: calls.append(list(texts)) or torch.zeros(len(texts), 384))
+    monkeypatch.setattr(
+        derive, "encode", lambda backbone, texts, **kw: calls.append(list(texts)) or torch.zeros(len(texts), 384)
+    )
     child = derive.open_fit_run(Path(shutil.copytree(world["added"], tmp_path / "added")), "test")
     shutil.rmtree(child.cache_dir)
     derive.reuse_features(child, derive.open_fit_run(world["run"], "test"), ("train",))
@@ -238,7 +279,9 @@ def test_a_new_domains_texts_are_encoded_in_their_own_order(world, tmp_path, mon
     assert calls == [list(dict.fromkeys(new))] and calls[0] != sorted(calls[0])
 
 
-def test_training_the_two_chains_at_once_gives_the_same_weights_as_one_after_the_other(world, tmp_path, monkeypatch, capsys):
+def test_training_the_two_chains_at_once_gives_the_same_weights_as_one_after_the_other(
+    world, tmp_path, monkeypatch, capsys
+):
     """add-domain trains RED's chain (label rows, experts, router) and the baselines' (head, gate) in two
     forked processes where that helps: every module bit-identical to training them in one process."""
     from redkit.train import parallel
@@ -247,8 +290,14 @@ def test_training_the_two_chains_at_once_gives_the_same_weights_as_one_after_the
     for forked in (True, False):
         monkeypatch.setattr(parallel, "forks_help", lambda run, forked=forked: forked)
         out[forked] = tmp_path / f"forked-{forked}"
-        assert run_cli(["add-domain", "--run", world["run"], "--data", world["tech"], "--out", out[forked]], capsys)[0] == 0
-    weights = {forked: {p.relative_to(d): _sha(p) for p in sorted((d / "modules").rglob("model.safetensors"))} for forked, d in out.items()}
+        assert (
+            run_cli(["add-domain", "--run", world["run"], "--data", world["tech"], "--out", out[forked]], capsys)[0]
+            == 0
+        )
+    weights = {
+        forked: {p.relative_to(d): _sha(p) for p in sorted((d / "modules").rglob("model.safetensors"))}
+        for forked, d in out.items()
+    }
     assert weights[True] == weights[False] and len(weights[True]) > 10
     timings = {forked: json.loads((d / "timings.json").read_text()) for forked, d in out.items()}
     assert set(timings[True]) == set(timings[False]) >= {"experts", "heads", "router", "gate", "evaluate"}
@@ -262,7 +311,9 @@ def test_a_derived_run_trains_its_own_joint_even_at_base_fraction_one():
     from redkit.references.joint import base_is_joint
 
     def run(**config):
-        return SimpleNamespace(config=SimpleNamespace(**({"base_fraction": 1.0, "added_domains": (), "removed_domains": ()} | config)))
+        return SimpleNamespace(
+            config=SimpleNamespace(**({"base_fraction": 1.0, "added_domains": (), "removed_domains": ()} | config))
+        )
 
     assert base_is_joint(run()) and not base_is_joint(run(base_fraction=0.5))
     assert not base_is_joint(run(removed_domains=("travel",))) and not base_is_joint(run(added_domains=("tech",)))

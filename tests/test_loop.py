@@ -24,9 +24,16 @@ def _train(tmp_path, max_epochs, interrupt_at=None):
         if interrupt_at is not None and row["epoch"] == interrupt_at:
             raise KeyboardInterrupt  # a kill right after the checkpoint of this epoch
 
-    result = fit(model, lambda idx: F.cross_entropy(model(x[idx]), y[idx]), len(x),
-                 lambda: F.cross_entropy(model(x), y).item(), TrainConfig(lr=1e-2, max_epochs=max_epochs, patience=100),
-                 seed=7, checkpoint_dir=tmp_path, log=log)
+    result = fit(
+        model,
+        lambda idx: F.cross_entropy(model(x[idx]), y[idx]),
+        len(x),
+        lambda: F.cross_entropy(model(x), y).item(),
+        TrainConfig(lr=1e-2, max_epochs=max_epochs, patience=100),
+        seed=7,
+        checkpoint_dir=tmp_path,
+        log=log,
+    )
     return model, result
 
 
@@ -65,6 +72,12 @@ def test_early_stopping_keeps_the_best_epoch(tmp_path):
     x, y = _problem()
     model = Router(Router.Config(dim=8, num_experts=3, hidden=16))
     losses = iter([1.0, 0.5, 0.7, 0.8, 0.9, 0.1])
-    result = fit(model, lambda idx: F.cross_entropy(model(x[idx]), y[idx]), len(x), lambda: next(losses),
-                 TrainConfig(lr=1e-3, max_epochs=60, patience=3), seed=0)
+    result = fit(
+        model,
+        lambda idx: F.cross_entropy(model(x[idx]), y[idx]),
+        len(x),
+        lambda: next(losses),
+        TrainConfig(lr=1e-3, max_epochs=60, patience=3),
+        seed=0,
+    )
     assert result.epochs == 5 and result.best_epoch == 2 and result.best_val_loss == 0.5

@@ -2,18 +2,18 @@
 artifacts round-trip as safetensors + JSON and refuse another backbone or width."""
 
 import json
+from types import SimpleNamespace
 
 import pytest
 import torch
 
-from types import SimpleNamespace
-
 from redkit.compositions import COMPOSITIONS
 from redkit.errors import RedkitError
-from redkit.modules import Classifier, LogitExpert, ResidualExpert, Router
+from redkit.modules import Classifier, Router
 from redkit.modules.store import ModuleMeta, load_module, save_module
 from redkit.red import REDModel
-from redkit.space import ANSWER_RANGES
+from redkit.red.layer import LogitExpert, ResidualExpert
+from redkit_experiments.arithmetic.space import ANSWER_RANGES
 
 D, C = 32, 99
 
@@ -66,8 +66,8 @@ def test_red_with_one_hot_alpha_is_that_expert_alone():
     labels = torch.tensor([0, 1, 2, 3, 4] * 2)
     probs = COMPOSITIONS["red_oracle"](modules, h, labels).probs
     for i in range(10):
-        alone = torch.softmax(modules._experts[labels[i]].alone_logits(h[i:i + 1], modules._clf), dim=-1)
-        assert torch.allclose(probs[i:i + 1], alone, atol=1e-6)
+        alone = torch.softmax(modules._experts[labels[i]].alone_logits(h[i : i + 1], modules._clf), dim=-1)
+        assert torch.allclose(probs[i : i + 1], alone, atol=1e-6)
 
 
 def test_red_weights_are_a_distribution_and_differ_from_uniform():
@@ -87,8 +87,11 @@ def test_unknown_composition_suggests_the_closest_name():
 def _saved(tmp_path, fingerprint="abc"):
     expert = ResidualExpert(ResidualExpert.Config(dim=D, rank=8))
     torch.nn.init.normal_(expert.up.weight)
-    save_module(tmp_path / "e", expert, ModuleMeta(kind="residual", config=vars(expert.config),
-                                                    backbone_fingerprint=fingerprint, domain=2))
+    save_module(
+        tmp_path / "e",
+        expert,
+        ModuleMeta(kind="residual", config=vars(expert.config), backbone_fingerprint=fingerprint, domain=2),
+    )
     return expert
 
 

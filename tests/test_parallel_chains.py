@@ -21,6 +21,7 @@ def _step(run, stage: str, seconds: float):
     def step() -> str:
         run.add_time(stage, seconds)
         return f"[{stage}] pid {os.getpid()}"
+
     return step
 
 
@@ -28,7 +29,9 @@ def _step(run, stage: str, seconds: float):
 def test_chains_print_their_lines_in_order_and_their_seconds_reach_the_parent(monkeypatch, forked):
     monkeypatch.setattr(parallel, "forks_help", lambda run: forked)
     run, printed = _run(), []
-    parallel.run_chains(run, [[_step(run, "experts", 2.0), _step(run, "router", 0.5)], [_step(run, "gate", 3.0)], []], printed.append)
+    parallel.run_chains(
+        run, [[_step(run, "experts", 2.0), _step(run, "router", 0.5)], [_step(run, "gate", 3.0)], []], printed.append
+    )
     assert [line.split()[0] for line in printed] == ["[experts]", "[router]", "[gate]"]
     assert run.timings == {"base": 1.0, "experts": 2.0, "router": 0.5, "gate": 3.0}
     pids = {line.split()[-1] for line in printed}

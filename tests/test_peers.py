@@ -15,12 +15,13 @@ import torch
 pytest.importorskip("peft")
 
 from conftest import run_cli  # noqa: E402
+
 from redkit.compositions import ModuleSet  # noqa: E402
-from redkit.peers.arrow import ArrowSettings, arrow_coefficients  # noqa: E402
-from redkit.peers.benchmark import SplitStates  # noqa: E402
-from redkit.peers.compositions import LoraExperts, MergeSettings, lora_compose  # noqa: E402
-from redkit.peers.lora import LoraBackbone  # noqa: E402
-from redkit.run import Run  # noqa: E402
+from redkit_experiments.arithmetic.run import TaskRun as Run  # noqa: E402
+from redkit_experiments.peers.arrow import ArrowSettings, arrow_coefficients  # noqa: E402
+from redkit_experiments.peers.benchmark import SplitStates  # noqa: E402
+from redkit_experiments.peers.compositions import LoraExperts, MergeSettings, lora_compose  # noqa: E402
+from redkit_experiments.peers.lora import LoraBackbone  # noqa: E402
 
 TINY = ("--examples-per-expert", "32", "--val-per-expert", "16", "--lora-epochs", "2", "--xlora-examples", "50")
 LORA = ["lora_oracle", "lora_red", "lora_uniform", "lora_merge_linear", "lora_merge_ties", "lora_arrow", "lora_xlora"]
@@ -55,15 +56,19 @@ def _batch(experts: LoraExperts, count: int = 24):
 
 def test_one_table_with_every_composition_and_the_run_left_alone(peers_run, tiny_run):
     results = json.loads((peers_run / "peers" / "results.json").read_text())
-    assert list(results["rows"]) == ["red", "moe", "global_full", "oracle", *LORA]
+    assert list(results["rows"]) == ["red", "moe", "global_head", "oracle", *LORA]
     for name, row in results["rows"].items():
         assert 0.0 <= row["accuracy"] <= row["range_accuracy"] <= 1.0  # a right answer lies in the right range
         assert row["latency_ms_per_example"] > 0 and row["parameters_per_expert"] > 0
-        assert (row["routing_accuracy"] is not None) == (name in ("red", "moe", "lora_red", "lora_arrow", "lora_xlora")), name
+        assert (row["routing_accuracy"] is not None) == (
+            name in ("red", "moe", "lora_red", "lora_arrow", "lora_xlora")
+        ), name
     rows = results["rows"]
     assert rows["lora_red"]["routing_accuracy"] == pytest.approx(rows["red"]["routing_accuracy"])  # the same router
     d = 384
-    assert rows["lora_oracle"]["parameters_per_expert"] == 2 * (4 * 2 * 8 * d + 2 * 8 * (d + 4 * d))  # rank 8, 12 Linears
+    assert rows["lora_oracle"]["parameters_per_expert"] == 2 * (
+        4 * 2 * 8 * d + 2 * 8 * (d + 4 * d)
+    )  # rank 8, 12 Linears
     assert results["prefix_path_max_abs_diff"] < 1e-4  # the cached-prefix path computes the run's pooled features
     report = (peers_run / "peers" / "report.md").read_text()
     assert "| Composition | Accuracy | Range acc | Routing acc" in report and "X-LoRA" in report
@@ -81,7 +86,9 @@ def test_each_expert_is_a_peft_adapter_trained_alone_on_its_domain(peers_run):
 
     results = json.loads((peers_run / "peers" / "results.json").read_text())
     directory = peers_run / "peers" / "lora" / "R3"
-    model = PeftModel.from_pretrained(AutoModel.from_pretrained(default_backbone_path()), str(directory), adapter_name="R3")
+    model = PeftModel.from_pretrained(
+        AutoModel.from_pretrained(default_backbone_path()), str(directory), adapter_name="R3"
+    )
     saved = load_file(str(directory / "adapter_model.safetensors"))
     loaded = {k: v for k, v in model.state_dict().items() if ".lora_" in k}
     assert len(saved) == len(loaded) == 24  # A and B of 12 Linear modules
@@ -92,13 +99,16 @@ def test_each_expert_is_a_peft_adapter_trained_alone_on_its_domain(peers_run):
     meta = json.loads((directory / "redkit.json").read_text())
     assert meta["kind"] == "lora" and meta["domain"] == 2 and meta["metrics"]["examples"] <= 32
     assert meta["backbone_fingerprint"] == Run(peers_run).fingerprint
-    assert results["experts"]["R3"]["metrics"]["trainable_parameters"] == results["rows"]["lora_red"]["parameters_per_expert"]
+    assert (
+        results["experts"]["R3"]["metrics"]["trainable_parameters"]
+        == results["rows"]["lora_red"]["parameters_per_expert"]
+    )
 
 
 def test_an_expert_trains_alone_from_the_prefix_cache(peers_run, tmp_path):
-    from redkit.peers.lora import LoraExpertConfig
-    from redkit.peers.train import train_lora_expert
     from redkit.train.loop import TrainConfig
+    from redkit_experiments.peers.lora import LoraExpertConfig
+    from redkit_experiments.peers.train import train_lora_expert
 
     run_dir = tmp_path / "run"
     shutil.copytree(peers_run, run_dir)
@@ -124,7 +134,7 @@ def test_an_expert_trains_alone_from_the_prefix_cache(peers_run, tmp_path):
 def test_red_mixing_with_a_one_hot_alpha_is_peft_selecting_the_adapter(experts):
     batch, h, labels = _batch(experts)
     oracle = lora_compose("lora_oracle", experts, batch, h, labels).probs
-    from redkit.peers.mixing import mixed_experts
+    from redkit_experiments.peers.mixing import mixed_experts
 
     alpha = torch.nn.functional.one_hot(labels, len(experts.names)).float()
     with torch.no_grad(), mixed_experts(experts.main.peft, experts.names, alpha):
@@ -147,8 +157,13 @@ def test_recorded_arrow_routing_reproduces_the_arrow_layer(experts):
     x = seen["x"]
     coeff = arrow_coefficients(layer, x)  # (B, T, E)
     with torch.no_grad():
-        updates = torch.stack([layer.lora_B[n](layer.lora_A[n](x)) * layer.scaling[n]
-                               for n in layer.lora_arrow["arrow_router"].task_adapter_names], dim=2)  # (B, T, E, out)
+        updates = torch.stack(
+            [
+                layer.lora_B[n](layer.lora_A[n](x)) * layer.scaling[n]
+                for n in layer.lora_arrow["arrow_router"].task_adapter_names
+            ],
+            dim=2,
+        )  # (B, T, E, out)
         expected = layer.base_layer(x) + (coeff.unsqueeze(-1) * updates).sum(dim=2)
     assert torch.allclose(seen["y"], expected, atol=1e-5)
     assert composed.weights.shape == (8, 5) and torch.allclose(composed.weights.sum(dim=-1), torch.ones(8), atol=1e-5)
@@ -184,7 +199,10 @@ def test_a_rerun_reuses_the_experts(peers_run, tmp_path, capsys):
     again = json.loads((run / "peers" / "results.json").read_text())["rows"]
     assert list(again) == [n for n in first if n != "lora_xlora"]  # --no-xlora: no X-LoRA row
     for name, row in again.items():  # same experts, same seed: the same numbers (Arrow's power iteration is seeded)
-        assert (row["accuracy"], row["routing_accuracy"]) == (first[name]["accuracy"], first[name]["routing_accuracy"]), name
+        assert (row["accuracy"], row["routing_accuracy"]) == (
+            first[name]["accuracy"],
+            first[name]["routing_accuracy"],
+        ), name
 
 
 def _one_line(code: int, err: str, message: str) -> None:
@@ -196,7 +214,9 @@ def test_experts_of_mixed_ranks_are_one_line_and_exit_code_2(peers_run, tmp_path
     shutil.copytree(peers_run, run)
     shutil.rmtree(run / "peers" / "lora" / "R2")  # retrained alone, at another rank
     code, _, err = run_cli(["reproduce", "peers", "--out", run, *TINY, "--lora-rank", "4"], capsys)
-    _one_line(code, err, "LoRA expert R2 has rank 4 but R1 rank 8: lora_arrow and lora_merge_* need experts of one rank")
+    _one_line(
+        code, err, "LoRA expert R2 has rank 4 but R1 rank 8: lora_arrow and lora_merge_* need experts of one rank"
+    )
 
 
 def test_experts_of_other_target_modules_are_one_line_and_exit_code_2(peers_run, tmp_path, capsys):
@@ -218,11 +238,14 @@ def test_an_adapter_from_another_backbone_is_one_line_and_exit_code_2(peers_run,
     _one_line(code, err, "this lora module was trained on backbone 0123456789abcdef")
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["--lora-targets", "nowhere"], "--lora-targets nowhere: no Linear module of the top layers has such a name"),
-    (["--lora-rank", "0"], "--lora-rank must be at least 1"),
-    (["--eval-split", "dev"], "--eval-split dev: this run has no such split"),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--lora-targets", "nowhere"], "--lora-targets nowhere: no Linear module of the top layers has such a name"),
+        (["--lora-rank", "0"], "--lora-rank must be at least 1"),
+        (["--eval-split", "dev"], "--eval-split dev: this run has no such split"),
+    ],
+)
 def test_bad_flags_are_one_line_and_exit_code_2(peers_run, tmp_path, capsys, argv, message):
     run = tmp_path / "run"
     shutil.copytree(peers_run, run)
@@ -245,15 +268,18 @@ def test_without_peft_the_command_says_how_to_get_it(tiny_run, capsys, monkeypat
 
 def test_only_the_peers_package_imports_peft():
     root = Path(__file__).resolve().parent.parent / "redkit"
-    offenders = [str(p.relative_to(root)) for p in root.rglob("*.py") if p.parent.name != "peers"
-                 and re.search(r"^\s*(import peft|from peft)", p.read_text(), re.MULTILINE)]
+    offenders = [
+        str(p.relative_to(root))
+        for p in root.rglob("*.py")
+        if p.parent.name != "peers" and re.search(r"^\s*(import peft|from peft)", p.read_text(), re.MULTILINE)
+    ]
     assert offenders == []
 
 
 def test_a_missing_run_is_made_with_the_config_reproduce_would_use(tmp_path, monkeypatch):
     """`reproduce peers` on a directory with no results.json makes the run first: its config must be
     the one `reproduce task1` builds from the same flags (the router option included)."""
-    import redkit.peers.benchmark as benchmark
+    import redkit_experiments.peers.benchmark as benchmark
     from redkit.cli import main
 
     made = {}

@@ -6,18 +6,32 @@ import shutil
 
 import pytest
 from safetensors.torch import load_file
+from test_backbone import make_tiny_qwen3
 
 from redkit.cli import main
 from redkit.compositions import COMPOSITIONS
-from test_backbone import make_tiny_qwen3
 
 
 @pytest.fixture(scope="module")
 def qwen_run(tmp_path_factory):
     model = make_tiny_qwen3(tmp_path_factory.mktemp("qwen3"))
     out = tmp_path_factory.mktemp("runs") / "qwen"
-    argv = ["reproduce", "task1", "--n", "300", "--max-epochs", "2", "--backbone", str(model), "--out", str(out),
-            "--pooling", "last", "--trainable-layers", "1"]
+    argv = [
+        "reproduce",
+        "task1",
+        "--n",
+        "300",
+        "--max-epochs",
+        "2",
+        "--backbone",
+        str(model),
+        "--out",
+        str(out),
+        "--pooling",
+        "last",
+        "--trainable-layers",
+        "1",
+    ]
     assert main(argv) == 0
     return out, argv
 
@@ -74,7 +88,7 @@ def test_same_seed_same_base_whatever_ran_before(qwen_run, tmp_path):
     torch.manual_seed(12345)
     torch.rand(1000)  # consume random numbers, as other code in the same process might
     again = tmp_path / "again"
-    assert main([*argv[:argv.index("--out")], "--out", str(again), *argv[argv.index("--out") + 2:]]) == 0
+    assert main([*argv[: argv.index("--out")], "--out", str(again), *argv[argv.index("--out") + 2 :]]) == 0
     for module in ("classifier", "backbone_top", "experts/residual/R2", "router"):
         first = load_file(str(out / "modules" / module / "model.safetensors"))
         second = load_file(str(again / "modules" / module / "model.safetensors"))

@@ -4,7 +4,8 @@ import io
 import json
 
 from conftest import run_cli
-from redkit.data.vocabulary import SHORT_NAMES
+
+from redkit_experiments.arithmetic.vocabulary import SHORT_NAMES
 
 TEXTS = ["What is 12 plus 27?", "What is 40 minus 3?", "If you add 5 to 12, what do you get?"]
 
@@ -13,7 +14,9 @@ def test_many_texts_from_arguments_a_file_or_stdin_give_the_same_table(tiny_run,
     code, from_args, err = run_cli(["predict", "--run", tiny_run, *TEXTS], capsys)
     assert code == 0, err
     lines = from_args.splitlines()
-    assert len(lines) == 2 + len(TEXTS) and [line.startswith(text) for line, text in zip(lines[2:], TEXTS)] == [True] * 3
+    assert (
+        len(lines) == 2 + len(TEXTS) and [line.startswith(text) for line, text in zip(lines[2:], TEXTS)] == [True] * 3
+    )
     listing = tmp_path / "texts.txt"
     listing.write_text("\n".join([TEXTS[0], "", *TEXTS[1:]]) + "\n", encoding="utf-8")  # a blank line is skipped
     assert run_cli(["predict", "--run", tiny_run, "--file", listing], capsys)[1] == from_args

@@ -5,11 +5,19 @@ from pathlib import Path
 
 import pytest
 
-from redkit.data.expression import Expression
-from redkit.data.records import read_jsonl
 from redkit.errors import RedkitError
-from redkit.programs import (Program, Step, execute, execute_batch, parse_program, program_from_expression,
-                             render_program, step_question)
+from redkit_experiments.arithmetic.expression import Expression
+from redkit_experiments.arithmetic.programs import (
+    Program,
+    Step,
+    execute,
+    execute_batch,
+    parse_program,
+    program_from_expression,
+    render_program,
+    step_question,
+)
+from redkit_experiments.arithmetic.records import read_jsonl
 
 PAPER = "Step 1: 33 + 23 = x1\nStep 2: x1 - 36 = x2\nAnswer: x2"
 EXTERNAL = Path(__file__).resolve().parents[2] / "shared" / "external" / "red-original"
@@ -22,11 +30,14 @@ def test_paper_program_parses_to_its_steps_and_renders_back_exactly():
     assert execute(program) == (20, [56, 20])
 
 
-@pytest.mark.parametrize("text", [
-    "Step 1: 7 * 6 = x1\nAnswer: x1",
-    "Step 1: 12 - 5 = x1\nStep 2: 40 + 9 = x2\nStep 3: x2 - x1 = x3\nStep 4: x3 + 0 = x4\nAnswer: x4",
-    "Step 1: 103 - 42 = x1\nAnswer: x1",  # the original authors' format: left operands above 100
-])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "Step 1: 7 * 6 = x1\nAnswer: x1",
+        "Step 1: 12 - 5 = x1\nStep 2: 40 + 9 = x2\nStep 3: x2 - x1 = x3\nStep 4: x3 + 0 = x4\nAnswer: x4",
+        "Step 1: 103 - 42 = x1\nAnswer: x1",  # the original authors' format: left operands above 100
+    ],
+)
 def test_round_trip_is_exact(text):
     assert render_program(parse_program(text)) == text
     program = parse_program(text)
@@ -43,40 +54,46 @@ def test_program_from_expression_is_the_left_associative_chain():
     assert execute(program).answer == 13
 
 
-@pytest.mark.parametrize("text, problem", [
-    ("", "empty program"),
-    ("Step 1: 33 + 23 = x1\nStep 2: x3 - 36 = x2\nAnswer: x2", "unknown variable 'x3'"),
-    ("Step 1: 33 + y = x1\nAnswer: x1", "unknown variable 'y'"),
-    ("Step 1: x1 + 2 = x1\nAnswer: x1", "unknown variable 'x1'"),
-    ("Step 1: 33 + 23 = x1\nStep 3: x1 - 36 = x3\nAnswer: x3", "step numbering gap"),
-    ("Step 1: 33 + 23 = x1\nStep 1: x1 - 36 = x2\nAnswer: x2", "step numbering out of order"),
-    ("Step 1: 33 + 23 = x1\nStep 2: x1 - 36 = x2", "missing Answer line"),
-    ("Step 1: 33 / 23 = x1\nAnswer: x1", "bad operator '/'"),
-    ("Step 1: 33 plus 23 = x1\nAnswer: x1", "bad operator 'plus'"),
-    ("Step 1: 33 + 23 = x2\nAnswer: x2", "wrong variable 'x2'"),
-    ("Step 1: 33 + 23 = x1\nStep 2: x1 - 36 = x1\nAnswer: x1", "wrong variable 'x1'"),
-    ("Step 1: 33 + 23 = x1\nAnswer: x1\nStep 2: x1 - 36 = x2", "trailing garbage"),
-    ("Step 1: 33 + 23 = x1 + 4\nAnswer: x1", "trailing garbage '+ 4'"),
-    ("Step 1: 33 + 23 = x1\nAnswer: x1.", "trailing garbage '.'"),
-    ("Step 1: 33 + 23 = x1\nAnswer: x2", "unknown variable 'x2'"),
-    ("Step 1: 33 + 23 = x1\nAnswer: 56", "must name a variable"),
-    ("Answer: x1", "no steps"),
-    ("Step 1: 33 + 23\nAnswer: x1", "incomplete step"),
-    ("Step 1: 33 + 23 + 4 = x1\nAnswer: x1", "one operator per step"),
-    ("Step 1: 33 + 23 = 56\nAnswer: x1", "not a variable"),
-    ("Step 1: -3 + 23 = x1\nAnswer: x1", "expected a number or a variable"),
-    ("33 plus 23 minus 36", "expected 'Step 1: ...'"),
-])
+@pytest.mark.parametrize(
+    "text, problem",
+    [
+        ("", "empty program"),
+        ("Step 1: 33 + 23 = x1\nStep 2: x3 - 36 = x2\nAnswer: x2", "unknown variable 'x3'"),
+        ("Step 1: 33 + y = x1\nAnswer: x1", "unknown variable 'y'"),
+        ("Step 1: x1 + 2 = x1\nAnswer: x1", "unknown variable 'x1'"),
+        ("Step 1: 33 + 23 = x1\nStep 3: x1 - 36 = x3\nAnswer: x3", "step numbering gap"),
+        ("Step 1: 33 + 23 = x1\nStep 1: x1 - 36 = x2\nAnswer: x2", "step numbering out of order"),
+        ("Step 1: 33 + 23 = x1\nStep 2: x1 - 36 = x2", "missing Answer line"),
+        ("Step 1: 33 / 23 = x1\nAnswer: x1", "bad operator '/'"),
+        ("Step 1: 33 plus 23 = x1\nAnswer: x1", "bad operator 'plus'"),
+        ("Step 1: 33 + 23 = x2\nAnswer: x2", "wrong variable 'x2'"),
+        ("Step 1: 33 + 23 = x1\nStep 2: x1 - 36 = x1\nAnswer: x1", "wrong variable 'x1'"),
+        ("Step 1: 33 + 23 = x1\nAnswer: x1\nStep 2: x1 - 36 = x2", "trailing garbage"),
+        ("Step 1: 33 + 23 = x1 + 4\nAnswer: x1", "trailing garbage '+ 4'"),
+        ("Step 1: 33 + 23 = x1\nAnswer: x1.", "trailing garbage '.'"),
+        ("Step 1: 33 + 23 = x1\nAnswer: x2", "unknown variable 'x2'"),
+        ("Step 1: 33 + 23 = x1\nAnswer: 56", "must name a variable"),
+        ("Answer: x1", "no steps"),
+        ("Step 1: 33 + 23\nAnswer: x1", "incomplete step"),
+        ("Step 1: 33 + 23 + 4 = x1\nAnswer: x1", "one operator per step"),
+        ("Step 1: 33 + 23 = 56\nAnswer: x1", "not a variable"),
+        ("Step 1: -3 + 23 = x1\nAnswer: x1", "expected a number or a variable"),
+        ("33 plus 23 minus 36", "expected 'Step 1: ...'"),
+    ],
+)
 def test_malformed_program_names_its_problem(text, problem):
     with pytest.raises(RedkitError, match=re.escape(problem)) as err:
         parse_program(text)
     assert "\n" not in str(err.value)  # one line, as the CLI prints it
 
 
-@pytest.mark.parametrize("text, problem", [
-    ("Step 1: 33 - 40 = x1\nAnswer: x1", "step 1: 33 - 40 = -7 is out of range 2..100"),
-    ("Step 1: 60 + 23 = x1\nStep 2: x1 + 36 = x2\nAnswer: x2", "step 2: 83 \\+ 36 = 119 is out of range"),
-])
+@pytest.mark.parametrize(
+    "text, problem",
+    [
+        ("Step 1: 33 - 40 = x1\nAnswer: x1", "step 1: 33 - 40 = -7 is out of range 2..100"),
+        ("Step 1: 60 + 23 = x1\nStep 2: x1 + 36 = x2\nAnswer: x2", "step 2: 83 \\+ 36 = 119 is out of range"),
+    ],
+)
 def test_step_value_out_of_range(text, problem):
     with pytest.raises(RedkitError, match=problem):
         execute(parse_program(text))

@@ -42,16 +42,30 @@ def test_length_grouped_batches_cover_every_example_once_and_pad_less():
 def _toy_fit(select_by: str) -> tuple:
     """A model whose val loss keeps falling while its val accuracy peaks at epoch 2 (scripted)."""
     model = nn.Linear(1, 1)
-    scripted = iter([{"loss": 3.0, "accuracy": 0.5}, {"loss": 2.0, "accuracy": 0.9},
-                     {"loss": 1.0, "accuracy": 0.8}, {"loss": 0.5, "accuracy": 0.7}])
+    scripted = iter(
+        [
+            {"loss": 3.0, "accuracy": 0.5},
+            {"loss": 2.0, "accuracy": 0.9},
+            {"loss": 1.0, "accuracy": 0.8},
+            {"loss": 0.5, "accuracy": 0.7},
+        ]
+    )
     seen = []
 
     def validate():
         seen.append(model.weight.item())
         return next(scripted)
 
-    config = TrainConfig(lr=0.1, batch_size=4, virtual_batch_size=4, max_epochs=4, patience=5, select_by=select_by,
-                         schedule="linear", warmup_ratio=0.25)
+    config = TrainConfig(
+        lr=0.1,
+        batch_size=4,
+        virtual_batch_size=4,
+        max_epochs=4,
+        patience=5,
+        select_by=select_by,
+        schedule="linear",
+        warmup_ratio=0.25,
+    )
     x = torch.randn(8, 1)
     result = fit(model, lambda idx: (model(x[idx]) ** 2).mean(), 8, validate, config, seed=0)
     return result, seen, model.weight.item()
@@ -103,11 +117,14 @@ def test_every_layer_tuned_runs_the_whole_model():
 @pytest.mark.slow
 def test_fit_says_what_auto_chose_and_records_it(tmp_path, capsys):
     from conftest import run_cli
+
     from redkit.fitting.topics import write_topics
 
     data = write_topics(tmp_path / "data", train=120, val=30, test=0, domains=2, labels_per_domain=2)
-    code, out, err = run_cli(["fit", "--data", data, "--out", tmp_path / "run", "--max-epochs", "1",
-                              "--references", "--max-length", "8"], capsys)
+    code, out, err = run_cli(
+        ["fit", "--data", data, "--out", tmp_path / "run", "--max-epochs", "1", "--references", "--max-length", "8"],
+        capsys,
+    )
     assert code == 0, err
     config = json.loads((tmp_path / "run" / "config.json").read_text())
     assert config["backbone"]["max_length"] == 8 and config["backbone"]["trainable_layers"] == 6
@@ -121,6 +138,7 @@ def test_fit_says_what_auto_chose_and_records_it(tmp_path, capsys):
 @pytest.mark.slow
 def test_empty_text_is_named_and_skip_invalid_counts_it(tmp_path, capsys):
     from conftest import run_cli
+
     from redkit.fitting.topics import topic_records
 
     rows = [json.dumps(r) for r in topic_records(40, 2, 2, seed=1)]
@@ -130,10 +148,24 @@ def test_empty_text_is_named_and_skip_invalid_counts_it(tmp_path, capsys):
     code, _, err = run_cli(["fit", "--data", tmp_path / "data", "--out", tmp_path / "run"], capsys)
     assert code == 2 and len(err.strip().splitlines()) == 1
     assert "train.jsonl:6: field 'text' is empty (--skip-invalid drops such records and counts them)" in err
-    code, out, err = run_cli(["fit", "--data", tmp_path / "data", "--out", tmp_path / "run", "--skip-invalid",
-                              "--max-epochs", "1", "--references"], capsys)
+    code, out, err = run_cli(
+        [
+            "fit",
+            "--data",
+            tmp_path / "data",
+            "--out",
+            tmp_path / "run",
+            "--skip-invalid",
+            "--max-epochs",
+            "1",
+            "--references",
+        ],
+        capsys,
+    )
     assert code == 0, err
     splits = json.loads((tmp_path / "run" / "data" / "splits.json").read_text())
     assert splits["splits"]["train"]["count"] + splits["splits"]["val"]["count"] == 39
-    assert any("--skip-invalid: 1 record with an empty text, label or domain left out (" in n and "train.jsonl:6" in n
-               for n in splits["notes"])
+    assert any(
+        "--skip-invalid: 1 record with an empty text, label or domain left out (" in n and "train.jsonl:6" in n
+        for n in splits["notes"]
+    )

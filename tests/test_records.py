@@ -6,19 +6,20 @@ from pathlib import Path
 
 import pytest
 
-from redkit.data.generate import DataConfig, generate, write_dataset
-from redkit.data.records import Example, read_jsonl
-from redkit.data.tasks import TASKS
-from redkit.data.vocabulary import DOMAIN_NAMES, MAX_ANSWER, MIN_ANSWER, domain_of
 from redkit.errors import RedkitError
+from redkit_experiments.arithmetic.generate import DataConfig, generate, write_dataset
+from redkit_experiments.arithmetic.records import Example, read_jsonl
+from redkit_experiments.arithmetic.tasks import TASKS
+from redkit_experiments.arithmetic.vocabulary import DOMAIN_NAMES, MAX_ANSWER, MIN_ANSWER, domain_of
 
 RED_ORIGINAL = Path(__file__).resolve().parents[1].parent / "shared" / "external" / "red-original"
 
 
 def write_lines(path: Path, lines: list) -> Path:
     """Each item is a dict (written as JSON) or a str (written verbatim)."""
-    path.write_text("".join((line if isinstance(line, str) else json.dumps(line)) + "\n" for line in lines),
-                    encoding="utf-8")
+    path.write_text(
+        "".join((line if isinstance(line, str) else json.dumps(line)) + "\n" for line in lines), encoding="utf-8"
+    )
     return path
 
 
@@ -37,6 +38,7 @@ def error_of(path: Path) -> str:
 
 # ---- redkit's own files ---------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("task", TASKS.names())
 def test_own_files_round_trip(tmp_path, task):
     """Whatever a task writes (decomposer renames fields to the paper's) reads back unchanged."""
@@ -44,10 +46,13 @@ def test_own_files_round_trip(tmp_path, task):
     datasets = generate(config)
     write_dataset(tmp_path, datasets, config)
     for split, examples in datasets.items():
-        assert read_jsonl(tmp_path / f"{split}.jsonl", answers=None) == examples, split  # operation steps answer -148..200
+        assert read_jsonl(tmp_path / f"{split}.jsonl", answers=None) == examples, (
+            split
+        )  # operation steps answer -148..200
 
 
 # ---- the original authors' formats ------------------------------------------------------------------
+
 
 def test_question_and_int_answer_only(tmp_path):
     ex = read_one(tmp_path, {"question": "What is 7 plus 4?", "answer": 11})
@@ -77,23 +82,32 @@ def test_domain_spellings(tmp_path, domain):
 
 
 def test_paper_record_with_num_steps(tmp_path):
-    record = {"id": 14962, "question": "What is 103 minus 42?", "answer": 61, "label": 3, "domain": "range_61_80",
-              "num_steps": 2, "program": "Step 1: 103 - 42 = x1\nAnswer: x1"}
+    record = {
+        "id": 14962,
+        "question": "What is 103 minus 42?",
+        "answer": 61,
+        "label": 3,
+        "domain": "range_61_80",
+        "num_steps": 2,
+        "program": "Step 1: 103 - 42 = x1\nAnswer: x1",
+    }
     ex = read_one(tmp_path, record)
     assert (ex.id, ex.answer, ex.label, ex.num_ops) == (14962, 61, 3, 2)
     assert ex.program == "Step 1: 103 - 42 = x1\nAnswer: x1"
 
 
-@pytest.mark.parametrize("answer, label", [(2, 0), (20, 0), (21, 1), (40, 1), (41, 2), (60, 2), (61, 3), (80, 3),
-                                           (81, 4), (100, 4)])
+@pytest.mark.parametrize(
+    "answer, label", [(2, 0), (20, 0), (21, 1), (40, 1), (41, 2), (60, 2), (61, 3), (80, 3), (81, 4), (100, 4)]
+)
 def test_missing_label_is_derived_from_the_answer(tmp_path, answer, label):
     ex = read_one(tmp_path, {"question": "q?", "answer": answer})
     assert ex.label == label and ex.domain == DOMAIN_NAMES[label]
 
 
 def test_missing_ids_are_line_numbers_and_blank_lines_are_skipped(tmp_path):
-    path = write_lines(tmp_path / "ids.jsonl", [{"question": "a?", "answer": 5}, "", "   ",
-                                                {"question": "b?", "answer": 50}])
+    path = write_lines(
+        tmp_path / "ids.jsonl", [{"question": "a?", "answer": 5}, "", "   ", {"question": "b?", "answer": 50}]
+    )
     examples = read_jsonl(path)
     assert [ex.id for ex in examples] == [0, 3]
     assert [ex.answer for ex in examples] == [5, 50]
@@ -121,8 +135,13 @@ def test_the_original_files_are_all_there():
     if not RED_ORIGINAL.is_dir():
         pytest.skip(f"{RED_ORIGINAL} is absent (forks may not have it)")
     names = {p.name for p in RED_ORIGINAL.glob("*.jsonl")}
-    assert {"train_add_2_99.jsonl", "train_ops_balanced.jsonl", "train_ops_balancedplus.jsonl",
-            "train_ops_balancedsub.jsonl", "two_step_subtraction_20k.jsonl"} <= names
+    assert {
+        "train_add_2_99.jsonl",
+        "train_ops_balanced.jsonl",
+        "train_ops_balancedplus.jsonl",
+        "train_ops_balancedsub.jsonl",
+        "two_step_subtraction_20k.jsonl",
+    } <= names
 
 
 # ---- errors name the file, the line and the field -------------------------------------------------------
@@ -152,15 +171,23 @@ def test_answer_outside_vocabulary(tmp_path, answer):
 def test_any_integer_answer_where_the_caller_allows_it(tmp_path):
     """A decomposed step or question may answer -25 or 150: such a record has no range label, and
     it writes and reads back without one; a label that claims a range for it is still refused."""
-    rows = [{"question": "What is 5 minus 30?", "answer": -25, "operation": "sub"}, {"question": "What is 120 plus 30?", "answer": "150"}, GOOD]
+    rows = [
+        {"question": "What is 5 minus 30?", "answer": -25, "operation": "sub"},
+        {"question": "What is 120 plus 30?", "answer": "150"},
+        GOOD,
+    ]
     examples = read_jsonl(write_lines(tmp_path / "any.jsonl", rows), answers=None)
     assert [(ex.answer, ex.label, ex.domain) for ex in examples[:2]] == [(-25, None, None), (150, None, None)]
     assert "label" not in examples[0].to_json() and "domain" not in examples[0].to_json()
     again = write_lines(tmp_path / "again.jsonl", [ex.to_json() for ex in examples])
     assert read_jsonl(again, answers=None) == examples
-    assert "outside the answers this run can give -148..200" in error_of_range(tmp_path, {"question": "q?", "answer": 201}, (-148, 200))
+    assert "outside the answers this run can give -148..200" in error_of_range(
+        tmp_path, {"question": "q?", "answer": 201}, (-148, 200)
+    )
     bad = write_lines(tmp_path / "claims.jsonl", [{"question": "q?", "answer": -25, "domain": "R1"}])
-    with pytest.raises(RedkitError, match=r"claims.jsonl:1: field 'domain' = 'R1' does not match answer -25 \(outside 2..100"):
+    with pytest.raises(
+        RedkitError, match=r"claims.jsonl:1: field 'domain' = 'R1' does not match answer -25 \(outside 2..100"
+    ):
         read_jsonl(bad, answers=None)
 
 
@@ -177,8 +204,9 @@ def test_answer_not_an_integer(tmp_path, answer):
     assert f"{path}:1" in message and "'answer'" in message and "integer" in message
 
 
-@pytest.mark.parametrize("field, value", [("domain", "R9"), ("domain", "range_1_20"), ("domain", "big"),
-                                          ("label", 5), ("label", -1)])
+@pytest.mark.parametrize(
+    "field, value", [("domain", "R9"), ("domain", "range_1_20"), ("domain", "big"), ("label", 5), ("label", -1)]
+)
 def test_unknown_domain(tmp_path, field, value):
     path = write_lines(tmp_path / "dom.jsonl", [GOOD, GOOD, {"question": "q?", "answer": 5, field: value}])
     message = error_of(path)

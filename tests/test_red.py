@@ -14,8 +14,9 @@ from torch.nn import functional as F
 import redkit
 from redkit.compositions import ModuleSet, compose
 from redkit.errors import RedkitError
-from redkit.modules.layers import Classifier, HeadExpert, ResidualExpert, Router
+from redkit.modules.layers import Classifier, HeadExpert, Router
 from redkit.red import REDConfig, REDModel, router_loss
+from redkit.red.layer import ResidualExpert
 from redkit.train.loop import TrainConfig, fit
 
 README = Path(__file__).resolve().parent.parent / "README.md"
@@ -25,8 +26,8 @@ D, C, K = 16, 5, 3
 def readme_block(heading: str, index: int = 0) -> str:
     """The `index`-th python block of the README section under `heading`."""
     text = README.read_text()
-    section = text[text.index(heading):]
-    section = section[:section.find("\n## ", 1)] if "\n## " in section[1:] else section
+    section = text[text.index(heading) :]
+    section = section[: section.find("\n## ", 1)] if "\n## " in section[1:] else section
     return re.findall(r"```python\n(.*?)```", section, re.S)[index]
 
 
@@ -57,7 +58,7 @@ def test_forward_is_h_plus_the_alpha_mix_of_expert_updates_through_c():
     for expert in red.experts:
         torch.nn.init.normal_(expert.up.weight)
     alpha = torch.softmax(torch.randn(6, K), -1)
-    expected = red.classifier(h + sum(alpha[:, i:i + 1] * red.experts[i](h) for i in range(K)))
+    expected = red.classifier(h + sum(alpha[:, i : i + 1] * red.experts[i](h) for i in range(K)))
     assert torch.allclose(red(h, alpha).logits, expected, atol=1e-5)
     one_hot = F.one_hot(torch.tensor([1] * 6), K).float()  # the oracle's α: expert 1 alone
     assert torch.allclose(red(h, one_hot).logits, red.expert_alone_logits(1, h), atol=1e-6)
@@ -114,7 +115,9 @@ def test_the_stages_losses_through_red_train_bit_identical_weights_to_the_old_co
     classifier = Classifier(Classifier.Config(D, C)).requires_grad_(False)
     torch.manual_seed(5)
     old = ResidualExpert(ResidualExpert.Config(D, 4))
-    red = REDModel.from_parts(classifier, [ResidualExpert(ResidualExpert.Config(D, 4)) for _ in range(K)], ("a", "b", "c"))
+    red = REDModel.from_parts(
+        classifier, [ResidualExpert(ResidualExpert.Config(D, 4)) for _ in range(K)], ("a", "b", "c")
+    )
     red.experts[2].load_state_dict(old.state_dict())
     before = _fit(old, lambda e, x, t: F.cross_entropy(e.alone_logits(x, classifier), t), h, y)
     red.train_part(2)
@@ -155,11 +158,11 @@ def test_from_pretrained_refuses_a_bad_directory_in_one_line(tmp_path):
 
 
 def test_a_runs_red_model_is_the_red_composition_bit_for_bit(tiny_run):
-    from redkit.open_run import open_run
+    from redkit.run import open_run
 
     run = open_run(tiny_run)
     h, _, domains = run.split_tensors("test")
-    red = REDModel.from_run(tiny_run)
+    red = redkit.load(tiny_run).red_model()
     with torch.no_grad():
         out = red(h)
     for name, alpha in (("red", out.alpha), ("red_oracle", F.one_hot(domains, run.space.num_domains).float())):
@@ -175,16 +178,38 @@ def test_get_red_model_trains_under_transformers_trainer(tmp_path):
     from transformers import AutoModel, BertConfig, Trainer, TrainingArguments
 
     torch.manual_seed(0)
-    bert = AutoModel.from_config(BertConfig(vocab_size=50, hidden_size=D, num_hidden_layers=1, num_attention_heads=2,
-                                            intermediate_size=32, max_position_embeddings=16))
+    bert = AutoModel.from_config(
+        BertConfig(
+            vocab_size=50,
+            hidden_size=D,
+            num_hidden_layers=1,
+            num_attention_heads=2,
+            intermediate_size=32,
+            max_position_embeddings=16,
+        )
+    )
     model = redkit.get_red_model(bert, REDConfig(dim=D, num_classes=C, domains=("a", "b", "c")))
     frozen = {k: v.clone() for k, v in bert.state_dict().items()}
-    rows = [{"input_ids": torch.randint(0, 50, (6,)), "attention_mask": torch.ones(6, dtype=torch.long),
-             "labels": torch.tensor(i % C)} for i in range(16)]
+    rows = [
+        {
+            "input_ids": torch.randint(0, 50, (6,)),
+            "attention_mask": torch.ones(6, dtype=torch.long),
+            "labels": torch.tensor(i % C),
+        }
+        for i in range(16)
+    ]
     model.red.train_part("classifier")
     before = model.red.classifier.linear.weight.clone()
-    args = TrainingArguments(output_dir=str(tmp_path), per_device_train_batch_size=8, num_train_epochs=1,
-                             report_to=[], save_strategy="no", use_cpu=True, disable_tqdm=True, learning_rate=1e-2)
+    args = TrainingArguments(
+        output_dir=str(tmp_path),
+        per_device_train_batch_size=8,
+        num_train_epochs=1,
+        report_to=[],
+        save_strategy="no",
+        use_cpu=True,
+        disable_tqdm=True,
+        learning_rate=1e-2,
+    )
     result = Trainer(model=model, args=args, train_dataset=rows).train()
     assert result.training_loss > 0 and not torch.equal(model.red.classifier.linear.weight, before)
     assert all(torch.equal(frozen[k], v) for k, v in bert.state_dict().items())  # as peft: the base model stays frozen

@@ -50,8 +50,14 @@ def test_every_reference_predicts_both_labels_of_a_two_label_set(tmp_path):
 
     data = _two_label_set(tmp_path / "data")
     # base fraction 0.5: joint is trained on its own, not read off stage base
-    fitted = redkit.fit(data, tmp_path / "run", base_fraction=0.5, max_epochs=2, references=tuple(REFERENCES.names()),
-                        print_fn=lambda *_: None)
+    fitted = redkit.fit(
+        data,
+        tmp_path / "run",
+        base_fraction=0.5,
+        max_epochs=2,
+        references=tuple(REFERENCES.names()),
+        print_fn=lambda *_: None,
+    )
     run = fitted.run
     test = run.splits["test"]
     truth = run.classes(test)

@@ -8,17 +8,21 @@ import shutil
 
 import pytest
 import torch
-
 from conftest import run_cli
+
 from redkit.compositions import ModuleSet, compose
 from redkit.modules.store import read_meta
-from redkit.open_run import open_run
-from redkit.routing.analyze import AnalysisVariant, RoutingAnalysisConfig, router_variant
-from redkit.routing.monitor import TrainingMonitor
+from redkit.run import open_run
+from redkit_experiments.routing.analyze import AnalysisVariant, RoutingAnalysisConfig, router_variant
+from redkit_experiments.routing.monitor import TrainingMonitor
 
 
 def _hashes(directory):
-    return {p.relative_to(directory): hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(directory.rglob("*")) if p.is_file()}
+    return {
+        p.relative_to(directory): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(directory.rglob("*"))
+        if p.is_file()
+    }
 
 
 @pytest.fixture(scope="module")
@@ -30,9 +34,31 @@ def analysed(tiny_run, tmp_path_factory):
 
 def test_analyze_routing_writes_its_report_and_leaves_the_run_alone(analysed, capsys):
     before = _hashes(analysed / "modules")
-    code, out, err = run_cli(["analyze", "routing", "--run", analysed, "--router", "dense", "--router", "top2",
-                              "--router", "prototype", "--experts", "4", "--seeds", "2", "--max-epochs", "1",
-                              "--monitor-every", "1", "--repeats", "2"], capsys)
+    code, out, err = run_cli(
+        [
+            "analyze",
+            "routing",
+            "--run",
+            analysed,
+            "--router",
+            "dense",
+            "--router",
+            "top2",
+            "--router",
+            "prototype",
+            "--experts",
+            "4",
+            "--seeds",
+            "2",
+            "--max-epochs",
+            "1",
+            "--monitor-every",
+            "1",
+            "--repeats",
+            "2",
+        ],
+        capsys,
+    )
     assert code == 0, err
     assert _hashes(analysed / "modules") == before
     directory = analysed / "analysis" / "routing"
@@ -48,7 +74,12 @@ def test_analyze_routing_writes_its_report_and_leaves_the_run_alone(analysed, ca
     assert result["stability"]["prototype"] == {"deterministic": True}
     assert len(result["stability"]["dense"]["pairs"]) == 1 and 0 <= result["stability"]["dense"]["agreement"] <= 1
     assert set(result["scaling"]["4"]["routers"]) == {"dense", "top2", "prototype"}
-    assert list(result["overhead"]["dense"]["components"]) == ["router forward", "selection", "expert forward", "combination"]
+    assert list(result["overhead"]["dense"]["components"]) == [
+        "router forward",
+        "selection",
+        "expert forward",
+        "combination",
+    ]
     for figure in ("usage", "affinity", "dynamics_router", "gram", "scaling"):
         assert (directory / "figures" / f"{figure}.png").stat().st_size > 1000
     report = (directory / "report.md").read_text()
@@ -84,7 +115,9 @@ def test_a_quick_analysis_trains_on_a_fixed_subset_of_train_only(tiny_run, tmp_p
 
 def test_zoo_router_as_red_router_and_moe_gate_through_the_stages(tiny_run, tmp_path):
     run = open_run(tiny_run)
-    variant, _ = router_variant(run, tmp_path / "switch", "switch", ["router", "gate"], RoutingAnalysisConfig(max_epochs=1))
+    variant, _ = router_variant(
+        run, tmp_path / "switch", "switch", ["router", "gate"], RoutingAnalysisConfig(max_epochs=1)
+    )
     modules = ModuleSet(variant)
     h, _, d = run.split_tensors("test")
     for name in ("red", "moe"):
@@ -98,8 +131,14 @@ def test_zoo_router_as_red_router_and_moe_gate_through_the_stages(tiny_run, tmp_
 def test_monitor_logs_every_n_steps_without_changing_training(tiny_run, tmp_path):
     run = open_run(tiny_run)
     plain, _ = router_variant(run, tmp_path / "plain", "loss_free", ["router"], RoutingAnalysisConfig(max_epochs=2))
-    watched, _ = router_variant(run, tmp_path / "watched", "loss_free", ["router"],
-                                RoutingAnalysisConfig(max_epochs=2, monitor_every=2), monitor=True)
+    watched, _ = router_variant(
+        run,
+        tmp_path / "watched",
+        "loss_free",
+        ["router"],
+        RoutingAnalysisConfig(max_epochs=2, monitor_every=2),
+        monitor=True,
+    )
     rows = [json.loads(line) for line in (tmp_path / "watched" / "log.jsonl").read_text().splitlines()]
     steps = [r["step"] for r in rows if r.get("event") == "routing"]
     assert steps and all(s % 2 == 0 for s in steps) and steps == sorted(steps)
@@ -109,13 +148,16 @@ def test_monitor_logs_every_n_steps_without_changing_training(tiny_run, tmp_path
     assert isinstance(TrainingMonitor(run, every=5).measure(ModuleSet(run).router()), dict)
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["--router", "swich"], "did you mean 'switch'"),
-    (["--part", "metric"], "unknown part"),
-    (["--seeds", "1"], "at least 2 seeds"),
-    (["--train-examples", "-1"], "0 (no cap) or more"),
-    (["--split", "tset"], "no such split"),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--router", "swich"], "did you mean 'switch'"),
+        (["--part", "metric"], "unknown part"),
+        (["--seeds", "1"], "at least 2 seeds"),
+        (["--train-examples", "-1"], "0 (no cap) or more"),
+        (["--split", "tset"], "no such split"),
+    ],
+)
 def test_bad_input_is_one_line_exit_2(tiny_run, capsys, argv, message):
     code, out, err = run_cli(["analyze", "routing", "--run", tiny_run, *argv], capsys)
     assert code == 2 and message in err and len(err.strip().splitlines()) == 1
@@ -130,8 +172,14 @@ def test_a_run_without_a_router_is_one_line_exit_2(tiny_run, tmp_path, capsys):
     assert code == 2 and "did you mean 'routing'" in err
 
 
-@pytest.mark.parametrize("argv", [["reproduce", "task1", "--router", "top3"], ["reproduce", "steps", "--router", "top3"],
-                                  ["add-expert", "--router", "top3", "--run"]])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["reproduce", "task1", "--router", "top3"],
+        ["reproduce", "steps", "--router", "top3"],
+        ["add-expert", "--router", "top3", "--run"],
+    ],
+)
 def test_an_unknown_router_option_fails_before_anything_is_written(tmp_path, capsys, argv):
     out = tmp_path / "new"
     argv = argv + ([out] if argv[-1] == "--run" else ["--out", out])

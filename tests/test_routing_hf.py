@@ -9,16 +9,25 @@ import torch
 from transformers import MixtralConfig, MixtralForCausalLM, TrainerControl, TrainerState
 
 from redkit.errors import RedkitError
-from redkit.routing.hf import RoutingMonitor, dynamics_figure, layer_metrics
+from redkit_experiments.routing.hf import RoutingMonitor, dynamics_figure, layer_metrics
 
 K, TOP_K, LAYERS = 4, 2, 2
 
 
 def _model():
     torch.manual_seed(0)
-    config = MixtralConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=LAYERS,
-                           num_attention_heads=4, num_key_value_heads=2, num_local_experts=K, num_experts_per_tok=TOP_K,
-                           max_position_embeddings=64, router_aux_loss_coef=0.02)
+    config = MixtralConfig(
+        vocab_size=64,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=LAYERS,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        num_local_experts=K,
+        num_experts_per_tok=TOP_K,
+        max_position_embeddings=64,
+        router_aux_loss_coef=0.02,
+    )
     return MixtralForCausalLM(config)
 
 
@@ -42,7 +51,10 @@ def test_layer_metrics_over_router_logits_skip_padding():
 def test_monitor_through_a_few_training_steps(tmp_path):
     model = _model()
     gen = torch.Generator().manual_seed(1)
-    probe = {"input_ids": torch.randint(0, 64, (4, 12), generator=gen), "attention_mask": torch.ones(4, 12, dtype=torch.long)}
+    probe = {
+        "input_ids": torch.randint(0, 64, (4, 12), generator=gen),
+        "attention_mask": torch.ones(4, 12, dtype=torch.long),
+    }
     monitor = RoutingMonitor(probe, tmp_path / "log.jsonl", every=2)
     # TrainingArguments needs `accelerate`, which redkit does not depend on; the callback reads no argument
     args, state, control = None, TrainerState(), TrainerControl()
@@ -77,7 +89,14 @@ def test_monitor_inside_a_real_trainer(tmp_path):
     data = [{"input_ids": ids, "labels": ids} for ids in torch.randint(0, 64, (16, 12), generator=gen)]
     probe = {"input_ids": torch.randint(0, 64, (2, 12), generator=gen)}
     monitor = RoutingMonitor(probe, tmp_path / "log.jsonl", every=2)
-    args = TrainingArguments(output_dir=str(tmp_path / "out"), max_steps=4, per_device_train_batch_size=4, report_to=[],
-                             use_cpu=True, save_strategy="no", logging_strategy="no")
+    args = TrainingArguments(
+        output_dir=str(tmp_path / "out"),
+        max_steps=4,
+        per_device_train_batch_size=4,
+        report_to=[],
+        use_cpu=True,
+        save_strategy="no",
+        logging_strategy="no",
+    )
     Trainer(model=model, args=args, train_dataset=data, callbacks=[monitor]).train()
     assert [r["step"] for r in monitor.rows] == [2, 4]

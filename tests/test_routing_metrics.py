@@ -9,10 +9,29 @@ import torch
 from sklearn.metrics import normalized_mutual_info_score
 
 from redkit.errors import RedkitError
-from redkit.routing.metrics import (batch_loads, batch_max_vio, cv, decision_metrics, entropy, expert_load, gini,
-                                    max_vio, over_capacity, routing_metrics, unused_rate, z_loss)
-from redkit.routing.specialisation import (contingency, gram, intersections, jaccard, nmi, specialisation_metrics)
-from redkit.routing.stability import stability_metrics
+from redkit_experiments.routing.metrics import (
+    batch_loads,
+    batch_max_vio,
+    cv,
+    decision_metrics,
+    entropy,
+    expert_load,
+    gini,
+    max_vio,
+    over_capacity,
+    routing_metrics,
+    unused_rate,
+    z_loss,
+)
+from redkit_experiments.routing.specialisation import (
+    contingency,
+    gram,
+    intersections,
+    jaccard,
+    nmi,
+    specialisation_metrics,
+)
+from redkit_experiments.routing.stability import stability_metrics
 
 
 def _one_hot(experts: list[int], k: int) -> torch.Tensor:
@@ -104,6 +123,7 @@ def test_stability_by_hand():
     assert s["agreement"] == pytest.approx(4 / 6) and s["saturation"] == pytest.approx(4 / 6)
     # loads (3, 2, 1, 0) vs (3, 1, 1, 1): τ-b of the usage ranks, as scipy computes it
     from scipy.stats import kendalltau
+
     assert s["kendall_tau"] == pytest.approx(kendalltau([3, 2, 1, 0], [3, 1, 1, 1]).statistic)
     same = stability_metrics(a, a, 4)
     assert same == {"agreement": 1.0, "saturation": 1.0, "kendall_tau": pytest.approx(1.0)}
@@ -111,12 +131,15 @@ def test_stability_by_hand():
     assert top2["saturation"] == pytest.approx((2 / 2 + 1 / 2) / 2) and top2["agreement"] == pytest.approx(0.5)
 
 
-@pytest.mark.parametrize("bad, message", [
-    (torch.randn(5, 4), "not a probability matrix"),
-    (torch.full((5, 4), 0.3), "not a probability matrix"),
-    (torch.ones(5), r"\(N, K\) tensor"),
-    (torch.tensor([[float("nan"), 1.0]]), "NaN"),
-])
+@pytest.mark.parametrize(
+    "bad, message",
+    [
+        (torch.randn(5, 4), "not a probability matrix"),
+        (torch.full((5, 4), 0.3), "not a probability matrix"),
+        (torch.ones(5), r"\(N, K\) tensor"),
+        (torch.tensor([[float("nan"), 1.0]]), "NaN"),
+    ],
+)
 def test_bad_alpha_is_one_clear_line(bad, message):
     with pytest.raises(RedkitError, match=message) as err:
         routing_metrics(bad)
@@ -125,10 +148,12 @@ def test_bad_alpha_is_one_clear_line(bad, message):
 
 def test_mismatched_shapes_are_one_clear_line():
     alpha = torch.full((4, 3), 1 / 3)
-    for call in (lambda: routing_metrics(alpha, logits=torch.zeros(5, 3)),
-                 lambda: routing_metrics(alpha, selected=torch.zeros(3, 1, dtype=torch.long)),
-                 lambda: specialisation_metrics(torch.zeros(4, 1, dtype=torch.long), torch.zeros(3, dtype=torch.long), 3, 3),
-                 lambda: stability_metrics(torch.zeros(4, 1, dtype=torch.long), torch.zeros(4, 2, dtype=torch.long), 3)):
+    for call in (
+        lambda: routing_metrics(alpha, logits=torch.zeros(5, 3)),
+        lambda: routing_metrics(alpha, selected=torch.zeros(3, 1, dtype=torch.long)),
+        lambda: specialisation_metrics(torch.zeros(4, 1, dtype=torch.long), torch.zeros(3, dtype=torch.long), 3, 3),
+        lambda: stability_metrics(torch.zeros(4, 1, dtype=torch.long), torch.zeros(4, 2, dtype=torch.long), 3),
+    ):
         with pytest.raises(RedkitError, match="shapes do not match"):
             call()
     with pytest.raises(RedkitError, match="outside 0..2"):
@@ -152,6 +177,8 @@ def test_a_million_decisions_in_batches(num_experts):
     middle = time.perf_counter()
     specialisation_metrics(selected, domains, num_experts, num_experts)
     seconds = time.perf_counter() - start
-    print(f"\nN = 1e6, K = {num_experts}, k = 2: load + decision metrics {middle - start:.3f} s, "
-          f"specialisation {seconds - (middle - start):.3f} s, total {seconds:.3f} s")
+    print(
+        f"\nN = 1e6, K = {num_experts}, k = 2: load + decision metrics {middle - start:.3f} s, "
+        f"specialisation {seconds - (middle - start):.3f} s, total {seconds:.3f} s"
+    )
     assert m["n"] == n and 0 <= m["cv"] < 0.05

@@ -16,23 +16,42 @@ def _script():
 
 
 def _turn(speaker: str, text: str, frames: list[tuple[str, str | None, list[str]]]) -> dict:
-    return {"speaker": speaker, "utterance": text,
-            "frames": [{"service": service, "state": {"active_intent": intent}, "actions": [{"act": a} for a in acts]}
-                       for service, intent, acts in frames]}
+    return {
+        "speaker": speaker,
+        "utterance": text,
+        "frames": [
+            {"service": service, "state": {"active_intent": intent}, "actions": [{"act": a} for a in acts]}
+            for service, intent, acts in frames
+        ],
+    }
 
 
 def _dialogues(prefix: str, n: int) -> list[dict]:
     out = []
     for i in range(n):
-        out.append({"dialogue_id": f"{prefix}_{i}", "services": ["Restaurants_1", "Movies_1"], "turns": [
-            _turn("USER", f"find me a place to eat {i}", [("Restaurants_1", "FindRestaurants", ["INFORM_INTENT"])]),
-            _turn("SYSTEM", "where?", [("Restaurants_1", None, ["REQUEST"])]),
-            _turn("USER", "in san jose", [("Restaurants_1", "FindRestaurants", ["INFORM"])]),
-            _turn("USER", f"book it for two {i}", [("Restaurants_1", "ReserveRestaurant", ["INFORM_INTENT"])]),
-            _turn("USER", f"any movies tonight {i}", [("Movies_1", "FindMovies", ["INFORM_INTENT"])]),
-            _turn("USER", "both at once", [("Restaurants_1", "FindRestaurants", ["INFORM_INTENT"]),
-                                           ("Movies_1", "FindMovies", ["INFORM_INTENT"])]),
-        ]})
+        out.append(
+            {
+                "dialogue_id": f"{prefix}_{i}",
+                "services": ["Restaurants_1", "Movies_1"],
+                "turns": [
+                    _turn(
+                        "USER", f"find me a place to eat {i}", [("Restaurants_1", "FindRestaurants", ["INFORM_INTENT"])]
+                    ),
+                    _turn("SYSTEM", "where?", [("Restaurants_1", None, ["REQUEST"])]),
+                    _turn("USER", "in san jose", [("Restaurants_1", "FindRestaurants", ["INFORM"])]),
+                    _turn("USER", f"book it for two {i}", [("Restaurants_1", "ReserveRestaurant", ["INFORM_INTENT"])]),
+                    _turn("USER", f"any movies tonight {i}", [("Movies_1", "FindMovies", ["INFORM_INTENT"])]),
+                    _turn(
+                        "USER",
+                        "both at once",
+                        [
+                            ("Restaurants_1", "FindRestaurants", ["INFORM_INTENT"]),
+                            ("Movies_1", "FindMovies", ["INFORM_INTENT"]),
+                        ],
+                    ),
+                ],
+            }
+        )
     return out
 
 
@@ -42,11 +61,16 @@ def test_intent_turns_become_a_fit_directory(tmp_path):
         (sgd / split).mkdir(parents=True)
         (sgd / split / "dialogues_001.json").write_text(json.dumps(_dialogues(split, n)))
     summary = _script().convert(sgd, tmp_path / "out", per_label=5, val_per_label=2, seed=0)
-    rows = {name: [json.loads(line) for line in (tmp_path / "out" / f"{name}.jsonl").read_text().splitlines()]
-            for name in ("train", "val", "test")}
+    rows = {
+        name: [json.loads(line) for line in (tmp_path / "out" / f"{name}.jsonl").read_text().splitlines()]
+        for name in ("train", "val", "test")
+    }
     # Only turns stating one intent; a turn stating two is left out; the domain is the service's
-    assert {(r["domain"], r["label"]) for r in rows["train"]} == {("Restaurants", "FindRestaurants"),
-                                                                  ("Restaurants", "ReserveRestaurant"), ("Movies", "FindMovies")}
+    assert {(r["domain"], r["label"]) for r in rows["train"]} == {
+        ("Restaurants", "FindRestaurants"),
+        ("Restaurants", "ReserveRestaurant"),
+        ("Movies", "FindMovies"),
+    }
     assert summary["counts"] == {"train": 15, "val": 6, "test": 12} and summary["domains"] == 2
     assert all(r["text"] not in {"in san jose", "both at once"} for split in rows.values() for r in split)
     # train and val come from different dialogues; test is SGD's dev split

@@ -1,13 +1,13 @@
 """LabelSpace maps classes to the values they stand for; redkit pins the CPU kernels it computes with."""
 
-
 import numpy as np
 import pytest
 import torch
 
 from redkit.errors import RedkitError
-from redkit.space import ANSWER_RANGES, LabelSpace
-from redkit.steps.run import operations_space
+from redkit.space import LabelSpace
+from redkit_experiments.arithmetic.space import ANSWER_RANGES
+from redkit_experiments.steps.run import operations_space
 
 
 def test_answer_ranges_map_2_to_100_onto_99_classes():

@@ -7,14 +7,14 @@ import shutil
 import pytest
 
 from redkit.cli import main
-from redkit.data.records import Example, read_jsonl
-from redkit.decomposer import DecomposerConfig, decomposer_data, train_decomposer
 from redkit.errors import RedkitError
-from redkit.programs import exact, parse_program
-from redkit.steps import StepsConfig, StepsRun
-from redkit.steps.benchmark import MODES, SOURCES
-from redkit.steps.execute import execution_metrics
-from redkit.steps.questions import evaluate_questions
+from redkit_experiments.arithmetic.programs import exact, parse_program
+from redkit_experiments.arithmetic.records import Example, read_jsonl
+from redkit_experiments.decomposer import DecomposerConfig, decomposer_data, train_decomposer
+from redkit_experiments.steps import StepsConfig, StepsRun
+from redkit_experiments.steps.benchmark import MODES, SOURCES
+from redkit_experiments.steps.execute import execution_metrics
+from redkit_experiments.steps.questions import evaluate_questions
 
 
 def _gold(n: int) -> tuple[list, list[int]]:
@@ -69,7 +69,9 @@ def test_predict_on_a_steps_run_prints_the_program_and_every_step(tiny_run, caps
     assert main(["predict", "--run", str(tiny_run), "If you subtract 5 from 12 and add 9, what do you get?"]) == 0
     out = capsys.readouterr().out
     assert "program:" in out and "Answer: x2" in out
-    steps = re.findall(r"step (\d): '(What is [^']+)'  expert weights: add ([\d.]+)  sub ([\d.]+)  -> x\d = (-?\d+)", out)
+    steps = re.findall(
+        r"step (\d): '(What is [^']+)'  expert weights: add ([\d.]+)  sub ([\d.]+)  -> x\d = (-?\d+)", out
+    )
     assert [k for k, *_ in steps] == ["1", "2"]
     assert all(abs(float(a) + float(b) - 1) < 2e-3 for _, _, a, b, _ in steps)  # router weights sum to 1
     assert steps[1][1].startswith(f"What is {steps[0][4]} ")  # step 2 is asked with step 1's value
@@ -77,10 +79,19 @@ def test_predict_on_a_steps_run_prints_the_program_and_every_step(tiny_run, caps
 
 
 def test_eval_on_a_steps_run_decomposes_and_executes_a_file(tiny_run, tmp_path, capsys):
-    rows = [{"question": "What is 12 minus 5 plus 9?", "answer": 16, "program": "Step 1: 12 - 5 = x1\nStep 2: x1 + 9 = x2\nAnswer: x2"},
-            {"question": "Compute 40 plus 3, then subtract 20.", "answer": 23,
-             "program": "Step 1: 40 + 3 = x1\nStep 2: x1 - 20 = x2\nAnswer: x2"},
-            {"question": "What is 30 minus 7?", "answer": 23, "program": "Step 1: 30 - 7 = x1\nAnswer: x1"}]
+    rows = [
+        {
+            "question": "What is 12 minus 5 plus 9?",
+            "answer": 16,
+            "program": "Step 1: 12 - 5 = x1\nStep 2: x1 + 9 = x2\nAnswer: x2",
+        },
+        {
+            "question": "Compute 40 plus 3, then subtract 20.",
+            "answer": 23,
+            "program": "Step 1: 40 + 3 = x1\nStep 2: x1 - 20 = x2\nAnswer: x2",
+        },
+        {"question": "What is 30 minus 7?", "answer": 23, "program": "Step 1: 30 - 7 = x1\nAnswer: x1"},
+    ]
     path = tmp_path / "mixed.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     assert main(["eval", "--run", str(tiny_run), "--data", str(path), "--composition", "red"]) == 0
@@ -92,16 +103,21 @@ def test_eval_on_a_steps_run_decomposes_and_executes_a_file(tiny_run, tmp_path, 
 def test_eval_decomposes_records_that_have_no_program(tiny_run, tmp_path, capsys):
     """The original authors' add/sub format (question and answer only), any integer answer, and a
     file mixing records with and without programs: every record is decomposed and executed."""
-    plain = [{"question": "What is 3 plus 16?", "answer": 19}, {"question": "What is 5 minus 30 plus 40?", "answer": 15},
-             {"question": "What is 2 minus 50 minus 50 minus 50?", "answer": -148}]
+    plain = [
+        {"question": "What is 3 plus 16?", "answer": 19},
+        {"question": "What is 5 minus 30 plus 40?", "answer": 15},
+        {"question": "What is 2 minus 50 minus 50 minus 50?", "answer": -148},
+    ]
     path = tmp_path / "plain.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in plain))
     assert main(["eval", "--run", str(tiny_run), "--data", str(path), "--composition", "red"]) == 0
     out = capsys.readouterr().out
     assert "3 questions, decomposed and executed; program exact-match n/a (no record has a program)" in out
     assert re.search(r"n: all 3, 1-step 1, 2-step 1, 3-step 1", out)
-    mixed = plain + [{"question": "What is 12 minus 5 plus 9?", "answer": 16, "program": ""},
-                     {"question": "What is 30 minus 7?", "answer": 23, "program": "Step 1: 30 - 7 = x1\nAnswer: x1"}]
+    mixed = plain + [
+        {"question": "What is 12 minus 5 plus 9?", "answer": 16, "program": ""},
+        {"question": "What is 30 minus 7?", "answer": 23, "program": "Step 1: 30 - 7 = x1\nAnswer: x1"},
+    ]
     path.write_text("".join(json.dumps(r) + "\n" for r in mixed))
     result = evaluate_questions(StepsRun(tiny_run), read_jsonl(path, answers=None), ["red", "red_oracle"])
     assert result["n"] == 5 and result["with_program"] == 1 and result["program_exact_match"] in (0.0, 1.0)
@@ -164,14 +180,17 @@ def test_a_decomposer_trained_on_other_data_is_not_reused(tiny_run):
 def test_a_steps_bundle_decomposes_and_executes_as_its_run(tiny_run, tmp_path):
     """The bundle carries the decomposer; with no data, its executor encodes every step itself
     (the run reads the steps of its splits from its feature cache) and gets the same answers."""
-    from redkit.bundle import export_bundle
-    from redkit.open_run import open_run
+    from redkit.bundle.export import export_bundle
+    from redkit.run import open_run
 
     bundle = tmp_path / "bundle"
     export_bundle(tiny_run, bundle)
     assert (bundle / "decomposer" / "module" / "model.safetensors").is_file() and not (bundle / "data").exists()
-    rows = [{"question": "What is 12 minus 5 plus 9?", "answer": 16}, {"question": "What is 30 minus 7?", "answer": 23},
-            {"question": "What is 2 minus 50 minus 50 minus 50?", "answer": -148}]
+    rows = [
+        {"question": "What is 12 minus 5 plus 9?", "answer": 16},
+        {"question": "What is 30 minus 7?", "answer": 23},
+        {"question": "What is 2 minus 50 minus 50 minus 50?", "answer": -148},
+    ]
     path = tmp_path / "plain.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     examples = read_jsonl(path, answers=None)

@@ -7,11 +7,11 @@ import shutil
 import matplotlib.image
 import pytest
 import torch
-
 from conftest import run_cli
+
 from redkit.compositions import ModuleSet, compose
-from redkit.open_run import open_run
-from redkit.study.noise_models import NOISE_MODELS
+from redkit.run import open_run
+from redkit_experiments.study.noise_models import NOISE_MODELS
 
 K, N = 5, 4000
 
@@ -87,7 +87,13 @@ def study_run(tiny_run, tmp_path_factory):
 
 def test_noise_study_covers_every_routed_composition_model_and_level(study_run):
     result = json.loads((study_run / "studies" / "noise" / "results.json").read_text())
-    assert list(result["compositions"]) == ["moe", "red", "red_logits", "red_within", "red_mixture"]  # red_within: Task 1 ranges are a label structure
+    assert list(result["compositions"]) == [
+        "moe",
+        "red",
+        "red_logit_experts",
+        "red_per_domain",
+        "red_mixture",
+    ]  # red_per_domain: Task 1 ranges are a label structure
     for comp in result["compositions"].values():
         assert set(comp["models"]) == set(NOISE_MODELS)
         for model, m in comp["models"].items():
@@ -110,7 +116,8 @@ def test_the_noise_study_scores_compositions_as_the_pipeline_does(study_run):
         accuracy = float((compose(name, modules, h, labels).probs.argmax(-1) == classes).float().mean())
         assert result["compositions"]["red"]["reference"][reference] == pytest.approx(accuracy, abs=1e-9)
     assert result["compositions"]["moe"]["reference"]["router"] == pytest.approx(
-        float((compose("moe", modules, h, labels).probs.argmax(-1) == classes).float().mean()), abs=1e-9)
+        float((compose("moe", modules, h, labels).probs.argmax(-1) == classes).float().mean()), abs=1e-9
+    )
 
 
 def test_noise_study_writes_a_report_with_a_figure_per_model_and_leaves_the_run_alone(study_run, tiny_run):
@@ -142,8 +149,11 @@ def test_complexity_counts_what_each_composition_uses(study_run):
     comps, params = result["components"], result["module_parameters"]
     domains = open_run(study_run).space.domains
     residual = sum(params[f"experts/residual/{d}"] for d in domains)
-    assert result["expert_sets"] == {"experts/residual": residual, "experts/logit": sum(params[f"experts/logit/{d}"] for d in domains),
-                                     "heads": sum(params[f"heads/{d}"] for d in domains)}
+    assert result["expert_sets"] == {
+        "experts/residual": residual,
+        "experts/logit": sum(params[f"experts/logit/{d}"] for d in domains),
+        "heads": sum(params[f"heads/{d}"] for d in domains),
+    }
     assert comps["red"]["parameters"] == params["classifier"] + residual + params["router"]
     assert comps["red_uniform"]["parameters"] == params["classifier"] + residual
     assert comps["moe"]["parameters"] == sum(params[f"heads/{d}"] for d in domains) + params["gate"]
@@ -156,30 +166,39 @@ def test_complexity_counts_what_each_composition_uses(study_run):
     assert "< 0.5% of the backbone FLOPs" in (study_run / "studies" / "complexity" / "report.md").read_text()
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["noise", "--model", "gaussian"], "unknown noise model 'gaussian'"),
-    (["noise", "--composition", "red_oracle"], "unknown routed composition 'red_oracle'"),
-    (["noise", "--model", "misroute", "--level", "1.5"], "level 1.5 is outside [0.0, 1.0]"),
-    (["noise", "--level", "0.5"], "--level applies to one noise model"),
-    (["noise", "--draws", "1"], "--draws must be at least 2"),
-    (["noise", "--split", "dev"], "--split dev: this run has no such split"),
-    (["complexity", "--repeats", "0"], "--repeats must be at least 1"),
-    (["ablation", "--experts", "1"], "an ablation of the number of experts needs K >= 2"),
-    (["ablation", "--part", "heads"], "unknown ablation 'heads'"),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["noise", "--model", "gaussian"], "unknown noise model 'gaussian'"),
+        (["noise", "--composition", "red_oracle"], "unknown routed composition 'red_oracle'"),
+        (["noise", "--model", "misroute", "--level", "1.5"], "level 1.5 is outside [0.0, 1.0]"),
+        (["noise", "--level", "0.5"], "--level applies to one noise model"),
+        (["noise", "--draws", "1"], "--draws must be at least 2"),
+        (["noise", "--split", "dev"], "--split dev: this run has no such split"),
+        (["complexity", "--repeats", "0"], "--repeats must be at least 1"),
+        (["ablation", "--experts", "1"], "an ablation of the number of experts needs K >= 2"),
+        (["ablation", "--part", "heads"], "unknown ablation 'heads'"),
+    ],
+)
 def test_bad_study_input_is_one_line_and_exit_code_2(study_run, capsys, argv, message):
     code, _, err = run_cli(["study", *argv, "--run", study_run], capsys)
     assert code == 2 and err.count("\n") == 1 and message in err, err
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["study", "nosie"], "unknown study 'nosie'; did you mean 'noise'?"),
-    (["study", "seeds", "--seeds", "0"], "--seeds 0: a study of seeds needs at least 2"),
-    (["study", "seeds", "--task", "task3"], "--task task3: the seeds study replicates task1, task2, digits, clinc150"),
-    (["study", "seeds", "--task", "digits", "--n", "100"], "--n: a digits run uses every example of its source"),
-    (["reproduce", "task1", "--experts", "1"], "--experts 1: the number of experts must be between 2 and 99"),
-    (["report", "--run", "nowhere"], "nowhere: no report.md and no studies/"),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["study", "nosie"], "unknown study 'nosie'; did you mean 'noise'?"),
+        (["study", "seeds", "--seeds", "0"], "--seeds 0: a study of seeds needs at least 2"),
+        (
+            ["study", "seeds", "--task", "task3"],
+            "--task task3: the seeds study replicates task1, task2, digits, clinc150",
+        ),
+        (["study", "seeds", "--task", "digits", "--n", "100"], "--n: a digits run uses every example of its source"),
+        (["reproduce", "task1", "--experts", "1"], "--experts 1: the number of experts must be between 2 and 99"),
+        (["report", "--run", "nowhere"], "nowhere: no report.md and no studies/"),
+    ],
+)
 def test_bad_input_without_a_run_is_one_line_and_exit_code_2(capsys, argv, message):
     code, _, err = run_cli(argv, capsys)
     assert code == 2 and err.count("\n") == 1 and message in err, err
@@ -192,7 +211,9 @@ def test_a_study_names_the_module_the_run_lacks(study_run, tmp_path, capsys):
     code, _, err = run_cli(["study", "noise", "--run", run, "--composition", "moe", "--draws", "2"], capsys)
     assert code == 2 and "composition moe needs a trained gate" in err and err.count("\n") == 1
     code, out, _ = run_cli(["study", "noise", "--run", run, "--draws", "2", "--model", "flatten"], capsys)
-    assert code == 0 and "moe" not in json.loads((run / "studies" / "noise" / "results.json").read_text())["compositions"]
+    assert (
+        code == 0 and "moe" not in json.loads((run / "studies" / "noise" / "results.json").read_text())["compositions"]
+    )
 
 
 def test_the_html_report_holds_the_run_and_every_study_with_images_that_decode(study_run, capsys):
@@ -235,7 +256,9 @@ def test_rank_ablation_trains_each_rank_alone_and_reuses_the_runs_own(study_run)
     assert list(rows) == [2, 4, 8, 16, 32]
     for divisor, row in rows.items():
         r = d // divisor
-        assert row["rank"] == r and row["parameters"] == k * (d * r + r + r * d + d)  # down (d->r) and up (r->d) per expert
+        assert row["rank"] == r and row["parameters"] == k * (
+            d * r + r + r * d + d
+        )  # down (d->r) and up (r->d) per expert
         assert row["own"] == (divisor == 4)
         trained = study_run / "studies" / "ablation" / f"rank-{r}" / "modules" / "experts" / "residual" / "R1"
         assert (trained / "model.safetensors").is_file() != row["own"]
@@ -266,7 +289,7 @@ def test_experts_ablation_retrains_experts_router_gate_and_heads_for_each_k(stud
 
 
 def test_equal_width_domains_cover_the_classes_in_order():
-    from redkit.space import ANSWER_RANGES
+    from redkit_experiments.arithmetic.space import ANSWER_RANGES
 
     space = ANSWER_RANGES.in_equal_parts(10)
     domains = space.domain_of_class(torch.arange(space.num_classes))
@@ -277,7 +300,7 @@ def test_equal_width_domains_cover_the_classes_in_order():
 
 
 def test_base_ablation_retrains_every_stage_in_a_child_run(study_run, tmp_path):
-    from redkit.study.ablation import AblationConfig, ablate_base
+    from redkit_experiments.study.ablation import AblationConfig, ablate_base
 
     run = open_run(study_run)
     rows = ablate_base(run, tmp_path / "ablation", AblationConfig(base_fractions=(0.5,)))
@@ -286,14 +309,15 @@ def test_base_ablation_retrains_every_stage_in_a_child_run(study_run, tmp_path):
     assert rows[0]["base_examples"] > len(json.loads((study_run / "data" / "base_subset.json").read_text()))
     assert (child / "modules" / "backbone_top" / "model.safetensors").is_file()
     assert (child / "modules" / "gate" / "model.safetensors").is_file()
-    assert set(rows[0]["scores"]) == {"global_10pct", "red", "moe", "global_full"}
+    assert set(rows[0]["scores"]) == {"base_classifier", "red", "moe", "global_head"}
 
 
 @pytest.mark.slow
 def test_seeds_study_replicates_on_the_same_data_and_tests_each_claim(tmp_path, capsys):
     out = tmp_path / "seeds"
-    code, printed, err = run_cli(["study", "seeds", "--task", "task1", "--seeds", "2", "--n", "300", "--max-epochs", "1",
-                                  "--out", out], capsys)
+    code, printed, err = run_cli(
+        ["study", "seeds", "--task", "task1", "--seeds", "2", "--n", "300", "--max-epochs", "1", "--out", out], capsys
+    )
     assert code == 0, err
     seed0, seed1 = (out / f"seed-{s}" / "data" / "train.jsonl" for s in (0, 1))
     assert seed0.stat().st_ino == seed1.stat().st_ino  # the same data, linked, not regenerated
@@ -306,8 +330,12 @@ def test_seeds_study_replicates_on_the_same_data_and_tests_each_claim(tmp_path, 
         assert acc["mean"] == pytest.approx(sum(acc["per_seed"]) / 2)
     red = json.loads((out / "seed-1" / "results.json").read_text())["splits"]["test"]["red"]["accuracy"]
     assert result["compositions"]["red"]["accuracy"]["per_seed"][1] == pytest.approx(red)  # as the pipeline scored it
-    assert [(c["a"], c["b"]) for c in result["claims"]] == [("red", "moe"), ("red", "global_full"), ("red", "uniform"),
-                                                            ("moe", "uniform")]
+    assert [(c["a"], c["b"]) for c in result["claims"]] == [
+        ("red", "moe"),
+        ("red", "global_head"),
+        ("red", "uniform"),
+        ("moe", "uniform"),
+    ]
     for claim in result["claims"]:
         assert claim["verdict"] in ("holds", "reversed", "cannot tell")
         assert all(0.0 <= m["p"] <= 1.0 for m in claim["mcnemar"]) and len(claim["mcnemar"]) == 2
@@ -319,7 +347,7 @@ def test_seeds_study_replicates_on_the_same_data_and_tests_each_claim(tmp_path, 
 def test_mcnemar_exact_and_the_verdicts():
     import numpy as np
 
-    from redkit.study.seeds import mcnemar_exact, verdict
+    from redkit_experiments.study.seeds import mcnemar_exact, verdict
 
     a = np.array([True] * 30 + [False] * 2 + [True] * 68)
     b = np.array([False] * 30 + [True] * 2 + [True] * 68)
@@ -327,13 +355,17 @@ def test_mcnemar_exact_and_the_verdicts():
     assert (test["only_a"], test["only_b"]) == (30, 2) and test["p"] < 1e-5
     assert mcnemar_exact(a, a)["p"] == 1.0
     assert verdict(np.array([0.01, 0.02]), 0.01) == "holds" and verdict(np.array([-0.01, -0.02]), 0.01) == "reversed"
-    assert verdict(np.array([0.01, 0.02]), 0.2) == "cannot tell" and verdict(np.array([0.0, 0.0]), None) == "cannot tell"
+    assert (
+        verdict(np.array([0.01, 0.02]), 0.2) == "cannot tell" and verdict(np.array([0.0, 0.0]), None) == "cannot tell"
+    )
 
 
 @pytest.mark.slow
 def test_digits_seeds_share_one_split_and_differ_in_training(tmp_path, capsys):
     out = tmp_path / "seeds-digits"
-    code, _, err = run_cli(["study", "seeds", "--task", "digits", "--seeds", "2", "--max-epochs", "2", "--out", out], capsys)
+    code, _, err = run_cli(
+        ["study", "seeds", "--task", "digits", "--seeds", "2", "--max-epochs", "2", "--out", out], capsys
+    )
     assert code == 0, err
     splits = [out / f"seed-{s}" / "splits.json" for s in (0, 1)]
     assert splits[0].read_bytes() == splits[1].read_bytes()  # seed 1 trains on seed 0's split

@@ -9,16 +9,16 @@ from fractions import Fraction
 
 import pytest
 
-from redkit.data.chains import ChainConfig, chain_space
-from redkit.data.operations import OPERATIONS, OpAdd, OperationTask
-from redkit.data.expression import OPERATION_NAMES, Expression
-from redkit.data.generate import HELDOUT, SPLITS, DataConfig, generate, write_dataset
-from redkit.data.phrasing import HELDOUT_STYLES, STYLES, TRAIN_STYLES
-from redkit.data.records import read_jsonl
-from redkit.data.tasks import TASKS
-from redkit.data.vocabulary import NUM_DOMAINS, RANGES
-from redkit.programs import execute, parse_program, program_from_expression, step_question
-from redkit.steps.run import operations_space
+from redkit_experiments.arithmetic.chains import ChainConfig, chain_space
+from redkit_experiments.arithmetic.expression import OPERATION_NAMES, Expression
+from redkit_experiments.arithmetic.generate import HELDOUT, SPLITS, DataConfig, generate, write_dataset
+from redkit_experiments.arithmetic.operations import OPERATIONS, OpAdd, OperationTask
+from redkit_experiments.arithmetic.phrasing import HELDOUT_STYLES, STYLES, TRAIN_STYLES
+from redkit_experiments.arithmetic.programs import execute, parse_program, program_from_expression, step_question
+from redkit_experiments.arithmetic.records import read_jsonl
+from redkit_experiments.arithmetic.tasks import TASKS
+from redkit_experiments.arithmetic.vocabulary import NUM_DOMAINS, RANGES
+from redkit_experiments.steps.run import operations_space
 
 
 @pytest.fixture(scope="module")
@@ -46,8 +46,11 @@ def _expression(structure: str) -> Expression:
 
 def test_paper_phrasings_are_training_styles():
     texts = {STYLES[name]((12, 5, 9), ("-", "+")) for name in TRAIN_STYLES}
-    assert {"What is 12 minus 5 plus 9?", "Compute 12 minus 5, then add 9.",
-            "If you subtract 5 from 12 and add 9, what do you get?"} <= texts
+    assert {
+        "What is 12 minus 5 plus 9?",
+        "Compute 12 minus 5, then add 9.",
+        "If you subtract 5 from 12 and add 9, what do you get?",
+    } <= texts
 
 
 def test_heldout_styles_never_phrase_a_chain_like_a_training_style():
@@ -105,9 +108,11 @@ def _steps(program) -> list[tuple[int, str, int, int]]:
 def _in_operation_space(a: int, op: str, b: int, value: int) -> bool:
     """Whether an operation expert's data holds this step (what the executor may ask it)."""
     task = TASKS[f"op_{OPERATION_NAMES[op]}"]
-    return (task.config.first_operand[0] <= a <= task.config.first_operand[1]
-            and task.config.operand[0] <= b <= task.config.operand[1]
-            and task.value_range()[0] <= value <= task.value_range()[1])
+    return (
+        task.config.first_operand[0] <= a <= task.config.first_operand[1]
+        and task.config.operand[0] <= b <= task.config.operand[1]
+        and task.value_range()[0] <= value <= task.value_range()[1]
+    )
 
 
 def test_decomposer_programs_end_in_vocabulary_with_every_step_in_the_experts_data(decomposer):
@@ -122,7 +127,9 @@ def test_decomposer_programs_end_in_vocabulary_with_every_step_in_the_experts_da
         assert all(2 <= x <= 50 for x in _expression(ex.structure).operands)
         assert all(_in_operation_space(*step) for step in steps), steps
         leave += any(not 2 <= value <= 100 for *_, value in steps)
-    assert leave > 0.05 * len(decomposer["train"])  # intermediates leave 2..100, as in Task 2 (DESIGN.md decision 7)
+    assert leave > 0.05 * len(
+        decomposer["train"]
+    )  # intermediates leave 2..100, as in Task 2 (docs/guides/design.md, decision 7)
 
 
 def test_every_step_of_every_task2_chain_is_in_the_operation_experts_data(task2):
@@ -153,16 +160,23 @@ def test_decomposer_times_puts_times_only_where_precedence_cannot_matter():
         assert execute(parse_program(ex.program)).answer == ex.answer
 
 
-@pytest.mark.parametrize("op, operation, left, right, answers", [
-    ("+", "add", (-98, 150), (2, 50), (-96, 200)), ("-", "sub", (-98, 150), (2, 50), (-148, 148)),
-    ("*", "mul", (2, 50), (2, 50), (2, 100))])
+@pytest.mark.parametrize(
+    "op, operation, left, right, answers",
+    [
+        ("+", "add", (-98, 150), (2, 50), (-96, 200)),
+        ("-", "sub", (-98, 150), (2, 50), (-148, 148)),
+        ("*", "mul", (2, 50), (2, 50), (2, 100)),
+    ],
+)
 def test_operation_data(op, operation, left, right, answers):
     datasets = generate(DataConfig(task=f"op_{operation}", n=1000))
     for ex in _all(datasets) + datasets[HELDOUT]:
         (a, b), (got_op,) = (expr := _expression(ex.structure)).operands, expr.operators
         assert got_op == op and ex.operation == operation and ex.answer == expr.value and not ex.program
         assert left[0] <= a <= left[1] and right[0] <= b <= right[1] and answers[0] <= ex.answer <= answers[1]
-        assert ex.label == (RANGES.index(next(r for r in RANGES if r[0] <= ex.answer <= r[1])) if 2 <= ex.answer <= 100 else None)
+        assert ex.label == (
+            RANGES.index(next(r for r in RANGES if r[0] <= ex.answer <= r[1])) if 2 <= ex.answer <= 100 else None
+        )
         if ex.template.startswith("train/"):  # one phrasing: exactly what the executor asks per step
             assert ex.question == step_question(a, op, b)
     assert TASKS[f"op_{operation}"].value_range() == answers
@@ -192,8 +206,9 @@ def test_operation_data_deals_every_pair_before_repeating_one():
 
 
 def test_chain_space_counts_and_draws_exactly_the_valid_chains():
-    config = ChainConfig(num_ops=((2, 1.0),), operators=("+", "-", "*"), first_operand=(2, 6), operand=(2, 4),
-                         intermediate=(2, 20))
+    config = ChainConfig(
+        num_ops=((2, 1.0),), operators=("+", "-", "*"), first_operand=(2, 6), operand=(2, 4), intermediate=(2, 20)
+    )
     valid = set()  # by brute force: every * comes first or after another *, every value in 2..20
     for a in range(2, 7):
         for o1, b, o2, c in itertools.product("+-*", range(2, 5), "+-*", range(2, 5)):

@@ -6,19 +6,42 @@ capacity, and bad input is one RedkitError line."""
 import pytest
 import torch
 from torch import nn
-from transformers import MixtralConfig, MixtralForCausalLM, OlmoeConfig, OlmoeForCausalLM, Qwen3MoeConfig, Qwen3MoeForCausalLM
+from transformers import (
+    MixtralConfig,
+    MixtralForCausalLM,
+    OlmoeConfig,
+    OlmoeForCausalLM,
+    Qwen3MoeConfig,
+    Qwen3MoeForCausalLM,
+)
 
 from redkit.errors import RedkitError
-from redkit.routing import replace_router, router_aux_loss
-from redkit.routing.hf import RoutingMonitor
-from redkit.routing.token import TOKEN_ROUTERS, token_routers
-from redkit.routing.token.spectra import packed_gru
+from redkit_experiments.routing import replace_router, router_aux_loss
+from redkit_experiments.routing.hf import RoutingMonitor
+from redkit_experiments.routing.token import TOKEN_ROUTERS, token_routers
+from redkit_experiments.routing.token.spectra import packed_gru
 
 E, TOP_K, LAYERS, VOCAB = 4, 2, 2, 64
-SMALL = dict(vocab_size=VOCAB, hidden_size=32, intermediate_size=32, num_hidden_layers=LAYERS, num_attention_heads=4,
-             num_key_value_heads=2, num_experts_per_tok=TOP_K, max_position_embeddings=32)
-ROUTERS = [("dense", {}), ("switch", {}), ("top2", {}), ("loss_free", {}), ("expert_choice", {}),
-           ("spectra", {}), ("spectra", {"gru": "both", "expression": False}), ("spectra", {"gru": "layers", "sinkhorn": False})]
+SMALL = dict(
+    vocab_size=VOCAB,
+    hidden_size=32,
+    intermediate_size=32,
+    num_hidden_layers=LAYERS,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    num_experts_per_tok=TOP_K,
+    max_position_embeddings=32,
+)
+ROUTERS = [
+    ("dense", {}),
+    ("switch", {}),
+    ("top2", {}),
+    ("loss_free", {}),
+    ("expert_choice", {}),
+    ("spectra", {}),
+    ("spectra", {"gru": "both", "expression": False}),
+    ("spectra", {"gru": "layers", "sinkhorn": False}),
+]
 
 
 def mixtral(seed: int = 0) -> MixtralForCausalLM:
@@ -38,9 +61,13 @@ def batch(seed: int = 1):
 @pytest.mark.parametrize("family", ["mixtral", "qwen3_moe", "olmoe"])
 def test_dense_router_is_the_stock_router_bit_for_bit(family):
     torch.manual_seed(0)
-    model = {"mixtral": lambda: MixtralForCausalLM(MixtralConfig(num_local_experts=E, **SMALL)),
-             "qwen3_moe": lambda: Qwen3MoeForCausalLM(Qwen3MoeConfig(num_experts=E, moe_intermediate_size=32, norm_topk_prob=False, **SMALL)),
-             "olmoe": lambda: OlmoeForCausalLM(OlmoeConfig(num_experts=E, **SMALL))}[family]()
+    model = {
+        "mixtral": lambda: MixtralForCausalLM(MixtralConfig(num_local_experts=E, **SMALL)),
+        "qwen3_moe": lambda: Qwen3MoeForCausalLM(
+            Qwen3MoeConfig(num_experts=E, moe_intermediate_size=32, norm_topk_prob=False, **SMALL)
+        ),
+        "olmoe": lambda: OlmoeForCausalLM(OlmoeConfig(num_experts=E, **SMALL)),
+    }[family]()
     for block_gate in (m.gate for m in model.modules() if hasattr(m, "gate") and hasattr(m, "experts")):
         nn.init.normal_(block_gate.weight, std=0.5)  # Qwen/OLMoE start at 0: make routing non-trivial
     model.eval()
@@ -58,7 +85,9 @@ def test_dense_router_is_the_stock_router_bit_for_bit(family):
 def test_every_router_keeps_the_contract_and_learns(name, options):
     model = mixtral()
     ids, mask = batch()
-    model(input_ids=ids, attention_mask=mask, output_router_logits=True)  # transformers' hooks installed before the swap
+    model(
+        input_ids=ids, attention_mask=mask, output_router_logits=True
+    )  # transformers' hooks installed before the swap
     replace_router(model, name, **options)
     model.train()
     out = model(input_ids=ids, attention_mask=mask, labels=ids, output_router_logits=True)
@@ -112,7 +141,9 @@ def test_batch_level_routing_sees_real_tokens_only():
     without extra padded sequences in the batch."""
     for name in ("switch", "spectra"):
         torch.manual_seed(0)
-        router = TOKEN_ROUTERS[name](TOKEN_ROUTERS[name].Config(dim=16, num_experts=E, top_k=TOP_K if name == "spectra" else 1)).train()
+        router = TOKEN_ROUTERS[name](
+            TOKEN_ROUTERS[name].Config(dim=16, num_experts=E, top_k=TOP_K if name == "spectra" else 1)
+        ).train()
         x = torch.randn(2, 6, 16)
         router.context.shape = (2, 6)
         _, w_alone, i_alone, _ = router.route_tokens(x.reshape(-1, 16), torch.ones(12, dtype=torch.bool))

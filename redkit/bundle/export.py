@@ -7,8 +7,9 @@ own kind of run, read-only):
     modules/<module>/{config.json, model.safetensors}
                                      tuned top layers, classifier, experts, router, gate;
                                      heads/ only with `heads=True` (the moe, oracle, uniform and
-                                     global_full compositions need them)
+                                     global_head compositions need them)
     decomposer/module/...            a steps run's step decomposer
+    oos.json                         the out-of-scope thresholds, where the run has them
     manifest.json                    redkit/bundle/manifest.py
 
 Never data/, cache/, logs, checkpoints, studies or reports: only module files (safetensors + their
@@ -21,12 +22,26 @@ import tempfile
 from pathlib import Path
 
 from redkit.atomic import write_json
-from redkit.bundle.manifest import FORMAT, MANIFEST, file_entry, is_bundle, redkit_version
+from redkit.bundle.manifest import (
+    FORMAT,
+    GRAPH,
+    MANIFEST,
+    SERVING,
+    SETTINGS,
+    TOKENIZER,
+    file_entry,
+    is_bundle,
+    redkit_version,
+)
 from redkit.errors import RedkitError
 from redkit.jsonfile import read_json
 from redkit.modules.store import CONFIG, WEIGHTS, module_exists, parse_meta
 
 HEADS = "heads"  # modules/heads/: exported only when asked for
+OOS = "oos.json"  # redkit/oos/evaluate.py OOS_FILE (not imported: it needs torch)
+# The OOS scores a bundle can compute, from a composition's output alone (redkit/api.py); knn, knn_domain,
+# knn_pretrained and views compare a text with the run's training features, which a bundle does not carry.
+OOS_WITHOUT_DATA = ("msp", "router", "product")
 
 
 def _modules(run: Path, heads: bool) -> list[Path]:
@@ -47,18 +62,23 @@ def _decomposer_module(run: Path, config: dict) -> Path | None:
 
 
 def _scalars(metrics: dict) -> dict:
-    """Per composition, its top-level numbers (n, accuracy, ...), without the per-range breakdown."""
-    return {name: {k: v for k, v in m.items() if isinstance(v, (int, float)) or v is None}
-            for name, m in metrics.items() if isinstance(m, dict)}
+    """Per composition, its top-level numbers (n, accuracy, ...), without the per-domain and per-group breakdowns."""
+    return {
+        name: {k: v for k, v in m.items() if isinstance(v, (int, float)) or v is None}
+        for name, m in metrics.items()
+        if isinstance(m, dict)
+    }
 
 
 def _test_metrics(results: dict) -> dict:
     """The run's test-split numbers as results.json has them (a steps run: single steps, executed
     programs, Task 2 by decomposition)."""
     if "single_step" in results:
-        return {"single_step": _scalars(results["single_step"].get("splits", {}).get("test", {})),
-                "execution": results.get("execution"),
-                "task2": {name: m.get("all") for name, m in results.get("task2", {}).get("compositions", {}).items()}}
+        return {
+            "single_step": _scalars(results["single_step"].get("splits", {}).get("test", {})),
+            "execution": results.get("execution"),
+            "task2": {name: m.get("all") for name, m in results.get("task2", {}).get("compositions", {}).items()},
+        }
     return _scalars(results.get("splits", {}).get("test", {}))
 
 
@@ -67,13 +87,51 @@ def _backbone(run: Path, config: dict) -> dict:
     tuned one's (the features' fingerprint every module checks on load)."""
     top = run / "modules" / "backbone_top" / CONFIG
     classifier = run / "modules" / "classifier" / CONFIG
-    return {"path": (config.get("backbone") or {}).get("path"),
-            "source_fingerprint": parse_meta(top).config.get("source_fingerprint") if top.is_file() else None,
-            "fingerprint": parse_meta(classifier).backbone_fingerprint if classifier.is_file() else None}
+    return {
+        "path": (config.get("backbone") or {}).get("path"),
+        "source_fingerprint": parse_meta(top).config.get("source_fingerprint") if top.is_file() else None,
+        "fingerprint": parse_meta(classifier).backbone_fingerprint if classifier.is_file() else None,
+    }
 
 
-def export_bundle(run: str | Path, out: str | Path, heads: bool = False) -> dict:
-    """Write the bundle of `run` to `out` (which must not exist); returns its manifest."""
+def _oos_thresholds(run: Path, tmp: Path) -> dict[str, str]:
+    """The run's OOS thresholds (oos.json) that a bundle can apply, written into it, so that a bundle of
+    a run that says out of scope says it too; returns {composition: score} of those left out."""
+    if not (run / OOS).is_file():
+        return {}
+    chosen = read_json(run / OOS, "an OOS threshold file")
+    if not isinstance(chosen, dict):
+        raise RedkitError(f"{run / OOS}: not an OOS threshold file (expected a JSON object)")
+    kept = {n: c for n, c in chosen.items() if isinstance(c, dict) and c.get("score") in OOS_WITHOUT_DATA}
+    if kept:
+        write_json(tmp / OOS, kept)
+    return {n: c.get("score") if isinstance(c, dict) else None for n, c in chosen.items() if n not in kept}
+
+
+def _serving_graph(run: Path, tmp: Path, wanted: bool, composition: str = "red") -> tuple[list[Path], str | None]:
+    """serving/: the run's `red` as one ONNX graph with its tokenizer (redkit/bundle/graph.py), where
+    the run's kind answers texts that way; returns (the files written, why none were)."""
+    if not wanted:
+        return [], "not asked for (--no-serving)"
+    from redkit.run import open_run
+
+    opened = open_run(run)
+    if not getattr(opened, "servable", False):
+        return [], f"a {type(opened).__name__} does not answer through one composition"
+    try:
+        import onnxscript  # noqa: F401  (torch.onnx's exporter needs it)
+
+        from redkit.bundle.graph import export_serving
+    except ImportError as err:
+        return [], f"{err.name} is not installed (pip install 'redkit[serve]')"
+    kept = read_json(tmp / OOS, "an OOS threshold file") if (tmp / OOS).is_file() else {}  # _oos_thresholds'
+    export_serving(opened, tmp / SERVING, composition, oos=kept.get(composition), print_fn=lambda *a: None)
+    return [Path(SERVING, name) for name in (GRAPH, TOKENIZER, SETTINGS)], None
+
+
+def export_bundle(run: str | Path, out: str | Path, heads: bool = False, serving: bool = True) -> dict:
+    """Write the bundle of `run` to `out` (which must not exist); returns its manifest. `serving`:
+    with the serving graph (ONNX) where the run's kind has one."""
     run, out = Path(run), Path(out)
     if is_bundle(run):
         raise RedkitError(f"{run}: already a bundle; export from the run it was made from")
@@ -101,12 +159,22 @@ def export_bundle(run: str | Path, out: str | Path, heads: bool = False) -> dict
             (tmp / relative).parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(source, tmp / relative)
         write_json(tmp / "config.json", config)
-        files = {str(rel): file_entry(tmp / rel) for rel in sorted([Path("config.json"), *copies])}
-        manifest = {"format": FORMAT, "redkit_version": redkit_version(), "kind": config.get("task", "digits"),
-                    "heads": heads, "files": files, "backbone": _backbone(run, config),
-                    "test_metrics": _test_metrics(results),
-                    "source": {"run": str(run.resolve()),
-                               "git_commit": (results.get("provenance") or {}).get("git_commit")}}
+        oos_left_out = _oos_thresholds(run, tmp)
+        graph, no_graph = _serving_graph(run, tmp, serving)
+        written = [Path("config.json"), *([Path(OOS)] if (tmp / OOS).is_file() else []), *graph]
+        files = {str(rel): file_entry(tmp / rel) for rel in sorted([*written, *copies])}
+        manifest = {
+            "format": FORMAT,
+            "redkit_version": redkit_version(),
+            "kind": config.get("task", "digits"),
+            "heads": heads,
+            "files": files,
+            "backbone": _backbone(run, config),
+            "test_metrics": _test_metrics(results),
+            "source": {"run": str(run.resolve()), "git_commit": (results.get("provenance") or {}).get("git_commit")},
+            **({"oos_left_out": oos_left_out} if oos_left_out else {}),
+            **({"no_serving_graph": no_graph} if no_graph else {}),
+        }
         write_json(tmp / MANIFEST, manifest)  # last: a directory with a manifest is a complete bundle
         tmp.rename(out)
     finally:
@@ -117,5 +185,17 @@ def export_bundle(run: str | Path, out: str | Path, heads: bool = False) -> dict
 def describe(out: Path, manifest: dict) -> str:
     """One line on what `export_bundle` wrote: files, bytes and what the bundle can compose."""
     size = sum(entry["size"] for entry in manifest["files"].values())
-    heads = "with heads (every composition)" if manifest["heads"] else "without heads (moe, oracle, uniform, global_full: export with --heads)"
-    return f"wrote {out}: {len(manifest['files'])} files, {size / 1e6:.1f} MB, {heads}"
+    heads = (
+        "with heads (every composition)"
+        if manifest["heads"]
+        else "without heads (moe, oracle, uniform, global_head: export with --heads)"
+    )
+    left_out = manifest.get("oos_left_out", {})
+    oos = (
+        f"; no OOS threshold for {', '.join(f'{n} ({s})' for n, s in left_out.items())}: its score needs the "
+        "run's training features"
+        if left_out
+        else ""
+    )
+    graph = f"; no serving graph: {manifest['no_serving_graph']}" if manifest.get("no_serving_graph") else ""
+    return f"wrote {out}: {len(manifest['files'])} files, {size / 1e6:.1f} MB, {heads}{oos}{graph}"

@@ -17,6 +17,7 @@ API; this module is the one error boundary (a RedkitError prints one line and ex
     redkit eval --run DIR --data FILE.jsonl [--composition NAME]
     redkit predict --run DIR "What is 12 plus 27?"
     redkit export --run DIR --out BUNDLE [--heads]                   (what inference needs + manifest.json)
+    redkit serve --bundle BUNDLE | --run RUN [--port 8000] [--workers N]   (HTTP: /v1/predict, /health, /metrics)
     redkit study noise|ablation|seeds|complexity ...
     redkit analyze routing --run DIR [...]
     redkit report --run DIR                                          (report.html: the run and its studies)
@@ -39,15 +40,30 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")  # nothing is ever downloaded
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")  # its errors still show
 os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")  # transformers' "Loading weights" bar on every command
 
+# Registration order is the order `redkit --help` lists the commands in: the library's, then the plug-ins'.
+from redkit.cli import (  # noqa: E402,F401
+    add,
+    evaluate,
+    export,
+    fit,
+    lifecycle,
+    predict,
+    report,
+    reproduce,
+    reproduce_clinc150,
+    serve,
+    train,
+)
 from redkit.cli.command import COMMANDS  # noqa: E402
 from redkit.cli.options import add_config_option, apply_config  # noqa: E402
-
-# Registration order is the order `redkit --help` lists the commands in.
-from redkit.cli import data, reproduce, fit, train, add, lifecycle, evaluate, predict, export, report, analyze, study  # noqa: E402,F401
+from redkit.plugins import load_commands, load_plugins  # noqa: E402
 
 
-def build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParser]]:
-    """The top-level parser and each command's own parser, by name."""
+def build_parser(plugin_commands: bool = True) -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParser]]:
+    """The top-level parser and each command's own parser, by name (the plug-ins' commands too, unless
+    the command line names one of the library's own: `predict` and `serve` then start without them)."""
+    if plugin_commands:
+        load_commands()
     parser = argparse.ArgumentParser(prog="redkit", description="Residual Expert Decomposition and its baselines")
     sub = parser.add_subparsers(dest="command", required=True)
     parsers = {}
@@ -64,10 +80,12 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argument
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     try:
-        parser, parsers = build_parser()
+        parser, parsers = build_parser(plugin_commands=not (argv and argv[0] in COMMANDS))
         if argv and argv[0] in parsers and not COMMANDS[argv[0]].group:
             apply_config(parsers[argv[0]], argv[1:])
         args = parser.parse_args(argv)
+        if COMMANDS[args.command].plugins:
+            load_plugins()  # the run kinds, routers, references ... a command may need
         COMMANDS[args.command].run(args)
     except RedkitError as err:
         print(f"redkit: error: {err}", file=sys.stderr)

@@ -9,8 +9,8 @@ that sub-command's own parser, registered in the group's Registry with `sub_comm
 """
 
 import argparse
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 from redkit.cli.options import parse_args
 from redkit.registry import Registry
@@ -26,14 +26,19 @@ class Command:
     help: str
     description: str | None = None
     group: bool = False  # its sub-commands parse their own flags (and their own --config)
+    plugins: bool = (
+        True  # load the plug-ins before running (predict and serve on a bundle need none: they load them when they do)
+    )
 
 
 COMMANDS: Registry[Command] = Registry("command")
 
 
-def command(name: str, options: Options, help: str, description: str | None = None, group: bool = False):
+def command(
+    name: str, options: Options, help: str, description: str | None = None, group: bool = False, plugins: bool = True
+):
     def register(run: Action) -> Action:
-        COMMANDS.register(name)(Command(options, run, help, description, group))
+        COMMANDS.register(name)(Command(options, run, help, description, group, plugins))
         return run
 
     return register
@@ -41,6 +46,7 @@ def command(name: str, options: Options, help: str, description: str | None = No
 
 def sub_command(registry: Registry, name: str, options: Options):
     """Register `run` as `name` of a group (a benchmark of reproduce, a study, an analysis)."""
+
     def register(run: Action) -> Action:
         registry.register(name)((options, run))
         return run
@@ -48,10 +54,10 @@ def sub_command(registry: Registry, name: str, options: Options):
     return register
 
 
-def group(name: str, what: str, help: str, description: str, plugins: tuple[str, ...] = ()) -> Registry:
+def group(name: str, what: str, help: str, description: str) -> Registry:
     """Register command `name` whose first argument (`what`) names a sub-command with its own flags
     (reproduce BENCHMARK, study STUDY, analyze ANALYSIS); returns the sub-commands' registry."""
-    registry: Registry[tuple] = Registry(what, plugins)  # name -> (add its flags to a parser, run it)
+    registry: Registry[tuple] = Registry(what)  # name -> (add its flags to a parser, run it)
 
     def options(p: argparse.ArgumentParser) -> None:
         p.add_argument(what, help=" | ".join(registry))

@@ -12,7 +12,9 @@ def _options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--composition", action="append", default=None)
 
 
-@command("eval", options=_options, help="evaluate a trained run on any JSONL file (a steps run decomposes and executes it)")
+@command(
+    "eval", options=_options, help="evaluate a trained run on any JSONL file (a steps run decomposes and executes it)"
+)
 def run(args) -> None:
     from redkit.api import load
 
@@ -37,14 +39,21 @@ def run(args) -> None:
         domain = f"{m['domain_accuracy']:10.4f}" if m.get("domain_accuracy") is not None else f"{'-':>10s}"
         print(f"{name:14s} {m['accuracy']:9.4f} {domain} {m['macro_f1']:9.4f}")
     if first["unseen_labels"]:
-        print(f"{first['unseen_labels']} of {first['n']} examples have a label never seen in training: counted as wrong")
+        print(
+            f"{first['unseen_labels']} of {first['n']} examples have a label never seen in training: counted as wrong"
+        )
 
 
 def _print_steps(path: Path, result: dict) -> None:
     match = result["program_exact_match"]
-    print(f"{path}: {result['n']} questions, decomposed and executed; program exact-match "
-          + (f"{match:.4f} (the {result['with_program']} records with a program)" if match is not None
-             else "n/a (no record has a program)"))
+    print(
+        f"{path}: {result['n']} questions, decomposed and executed; program exact-match "
+        + (
+            f"{match:.4f} (the {result['with_program']} records with a program)"
+            if match is not None
+            else "n/a (no record has a program)"
+        )
+    )
     groups = list(next(iter(result["compositions"].values())))
     print(f"{'composition':14s} " + " ".join(f"{g + ' acc':>11s}" for g in groups))
     for name, m in result["compositions"].items():

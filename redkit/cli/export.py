@@ -10,11 +10,16 @@ from redkit.cli.command import command
 def _options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--run", required=True, type=Path, help="a trained run (only read)")
     p.add_argument("--out", required=True, type=Path, help="the bundle directory to write (must not exist)")
-    p.add_argument("--heads", action="store_true",
-                   help="also the full per-domain and global heads, which moe, oracle, uniform and global_full need")
+    p.add_argument(
+        "--heads",
+        action="store_true",
+        help="also the full per-domain and global heads, which moe, oracle, uniform and global_head need",
+    )
 
 
-@command("export", options=_options, help="write the part of a trained run that inference needs, with a verified manifest")
+@command(
+    "export", options=_options, help="write the part of a trained run that inference needs, with a verified manifest"
+)
 def run(args) -> None:
     from redkit.bundle.export import describe, export_bundle
 

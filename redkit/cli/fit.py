@@ -13,30 +13,58 @@ def _options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--text-field", default="text")
     p.add_argument("--label-field", default="label")
     p.add_argument("--domain-field", default="domain")
-    p.add_argument("--val-fraction", type=float, default=0.1, help="of each domain's train held out when there is no val file")
-    p.add_argument("--oos", type=Path, default=None,
-                   help="out-of-scope validation texts (JSONL/CSV): record an OOS threshold; predict then says 'out of scope'")
-    p.add_argument("--skip-invalid", action="store_true",
-                   help="leave out records with an empty text, label or domain (counted in the report) instead of refusing the file")
+    p.add_argument(
+        "--val-fraction", type=float, default=0.1, help="of each domain's train held out when there is no val file"
+    )
+    p.add_argument(
+        "--oos",
+        type=Path,
+        default=None,
+        help="out-of-scope validation texts (JSONL/CSV): record an OOS threshold; predict then says 'out of scope'",
+    )
+    p.add_argument(
+        "--skip-invalid",
+        action="store_true",
+        help="leave out records with an empty text, label or domain (counted in the report) instead of refusing the file",
+    )
     fit_model_options(p)
 
 
 def fit_model_options(p: argparse.ArgumentParser) -> None:
     """The model and stage flags of a fit run (`redkit fit`, `redkit reproduce clinc150`)."""
-    p.add_argument("--base-fraction", type=float, default=1.0,
-                   help="of train, stratified by domain, for stage base (default 1.0, chosen on CLINC150's val by "
-                        "`redkit study levers`; the paper's recipe is 0.1)")
-    p.add_argument("--references", nargs="*", default=["joint", "linear_probe"], choices=("joint", "linear_probe"),
-                   help="non-modular references trained and scored beside RED (default both; joint fine-tunes on all of train)")
+    p.add_argument(
+        "--base-fraction",
+        type=float,
+        default=1.0,
+        help="of train, stratified by domain, for stage base (default 1.0, chosen on CLINC150's val by "
+        "`redkit study levers`; the paper's recipe is 0.1)",
+    )
+    p.add_argument(
+        "--references",
+        nargs="*",
+        default=["joint", "linear_probe"],
+        choices=("joint", "linear_probe"),
+        help="non-modular references trained and scored beside RED (default both; joint fine-tunes on all of train)",
+    )
     eval_option(p)
     model_options(p)
     p.set_defaults(trainable_layers="auto")
-    p.add_argument("--max-length", type=int, default=None,
-                   help="tokens per text, longer ones cut (default: the fewest covering 99%% of the training texts, "
-                        "at most the backbone's limit)")
+    p.add_argument(
+        "--max-length",
+        type=int,
+        default=None,
+        help="tokens per text, longer ones cut (default: the fewest covering 99%% of the training texts, "
+        "at most the backbone's limit)",
+    )
     router_option(p)
-    p.add_argument("--router-option", dest="router_options", action="append", default=[], metavar="KEY=VALUE",
-                   help="a setting of the router (repeatable): dense hidden=1024; labels source=classifier, temperature=0.5")
+    p.add_argument(
+        "--router-option",
+        dest="router_options",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a setting of the router (repeatable): dense hidden=1024; labels source=classifier, temperature=0.5",
+    )
 
 
 def _router_options(pairs: list[str]) -> dict:
@@ -55,16 +83,37 @@ def _router_options(pairs: list[str]) -> dict:
 
 def fit_kwargs(args) -> dict:
     """The API's keyword arguments of the flags `fit_model_options` adds."""
-    return dict(backbone=args.backbone, pooling=args.pooling, trainable_layers=args.trainable_layers,
-                max_length=args.max_length, rank=args.rank,
-                device=args.device, precision=args.precision, seed=args.seed, base_fraction=args.base_fraction,
-                router=args.router, router_loss=args.router_loss, max_epochs=args.max_epochs, eval_files=args.eval_files, references=tuple(args.references),
-                router_options=_router_options(args.router_options))
+    return dict(
+        backbone=args.backbone,
+        pooling=args.pooling,
+        trainable_layers=args.trainable_layers,
+        max_length=args.max_length,
+        rank=args.rank,
+        device=args.device,
+        precision=args.precision,
+        seed=args.seed,
+        base_fraction=args.base_fraction,
+        router=args.router,
+        router_loss=args.router_loss,
+        max_epochs=args.max_epochs,
+        eval_files=args.eval_files,
+        references=tuple(args.references),
+        router_options=_router_options(args.router_options),
+    )
 
 
 @command("fit", options=_options, help="train RED and its baselines on your own labelled text with domains")
 def run(args) -> None:
     from redkit.api import fit
 
-    fit(args.data, args.out, text_field=args.text_field, label_field=args.label_field, domain_field=args.domain_field,
-        val_fraction=args.val_fraction, oos=args.oos, skip_invalid=args.skip_invalid, **fit_kwargs(args))
+    fit(
+        args.data,
+        args.out,
+        text_field=args.text_field,
+        label_field=args.label_field,
+        domain_field=args.domain_field,
+        val_fraction=args.val_fraction,
+        oos=args.oos,
+        skip_invalid=args.skip_invalid,
+        **fit_kwargs(args),
+    )

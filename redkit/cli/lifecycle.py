@@ -13,8 +13,11 @@ def _remove_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", type=Path, default=None, help="the new run (default <run>-<domain>)")
 
 
-@command("remove-domain", options=_remove_options,
-         help="take a domain's experts, head, labels and data out of a fit run (router retrained; nothing else, checked)")
+@command(
+    "remove-domain",
+    options=_remove_options,
+    help="take a domain's experts, head, labels and data out of a fit run (router retrained; nothing else, checked)",
+)
 def remove_domain(args) -> None:
     from redkit.lifecycle.remove import remove_domain
 
@@ -27,8 +30,11 @@ def _expert_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", required=True, type=Path, help="the expert directory to write")
 
 
-@command("train-expert", options=_expert_options,
-         help="train a new domain's expert from a bundle and its data alone (anywhere); add-domain --expert plugs it in")
+@command(
+    "train-expert",
+    options=_expert_options,
+    help="train a new domain's expert from a bundle and its data alone (anywhere); add-domain --expert plugs it in",
+)
 def train_expert(args) -> None:
     from redkit.lifecycle.expert import train_expert
 

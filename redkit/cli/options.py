@@ -13,20 +13,20 @@ from pathlib import Path
 from redkit.errors import RedkitError
 
 
-def add_run_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--split", choices=("structure", "random"), default="structure")
-    p.add_argument("--n", type=int, default=None, help="examples in train+val+test (default: the task's, 80000)")
-    model_options(p)
-
-
 def model_options(p: argparse.ArgumentParser) -> None:
     """The backbone, expert and training flags every text run has (a fit run too)."""
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--backbone", default=None, help="a Hugging Face model directory (default: embedded all-MiniLM-L6-v2)")
+    p.add_argument(
+        "--backbone", default=None, help="a Hugging Face model directory (default: embedded all-MiniLM-L6-v2)"
+    )
     p.add_argument("--pooling", choices=("mean", "last", "cls"), default="mean")
-    p.add_argument("--trainable-layers", type=layers_arg, default=2,
-                   help="backbone layers fine-tuned in stage base: N or all (default 2, the paper's; "
-                        "redkit fit's default, auto, settles it from the data)")
+    p.add_argument(
+        "--trainable-layers",
+        type=layers_arg,
+        default=2,
+        help="backbone layers fine-tuned in stage base: N or all (default 2, the paper's; "
+        "redkit fit's default, auto, settles it from the data)",
+    )
     p.add_argument("--rank", type=int, default=0, help="residual expert rank (default d/4)")
     p.add_argument("--device", default="cpu", help="cpu, cuda, cuda:1, ...")
     p.add_argument("--precision", choices=("fp32", "bf16"), default="fp32")
@@ -44,21 +44,39 @@ def layers_arg(value: str) -> int | str:
 
 
 def nproc_option(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--nproc", type=int, default=1, help="processes for stage base (data parallel: gloo on CPU, "
-                                                       "NCCL on GPU); the other stages run in one")
+    p.add_argument(
+        "--nproc",
+        type=int,
+        default=1,
+        help="processes for stage base (data parallel: gloo on CPU, NCCL on GPU); the other stages run in one",
+    )
 
 
 def router_option(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--router", default="dense", help="router and gate kind, from the zoo: dense (default), switch, top2, "
-                                                    "expert_choice, loss_free, spectra, prototype, arrow, labels, dense_labels")
-    p.add_argument("--router-loss", choices=("domain", "label", "label+domain"), default="domain",
-                   help="what RED's router is trained on, experts and C frozen: the domain label (default, the paper's), "
-                        "the label loss of the composition, or both")
+    p.add_argument(
+        "--router",
+        default="dense",
+        help="router and gate kind, from the zoo: dense (default), switch, top2, "
+        "expert_choice, loss_free, spectra, prototype, arrow, labels, dense_labels",
+    )
+    p.add_argument(
+        "--router-loss",
+        choices=("domain", "label", "label+domain"),
+        default="domain",
+        help="what RED's router is trained on, experts and C frozen: the domain label (default, the paper's), "
+        "the label loss of the composition, or both",
+    )
 
 
 def eval_option(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--eval", dest="eval_files", action="append", type=Path, default=[],
-                   help="also evaluate on this JSONL file (repeatable; never trained on)")
+    p.add_argument(
+        "--eval",
+        dest="eval_files",
+        action="append",
+        type=Path,
+        default=[],
+        help="also evaluate on this JSONL file (repeatable; never trained on)",
+    )
 
 
 def flag(p: argparse.ArgumentParser, name: str, **kwargs) -> None:
@@ -78,8 +96,12 @@ def backbone_config(args: argparse.Namespace):
         path = Path(args.backbone) if args.backbone else default_backbone_path()
         check_model_dir(path)
         layers = num_layers(path)
-    return BackboneConfig(path=str(Path(args.backbone).resolve()) if args.backbone else None, pooling=args.pooling,
-                          trainable_layers=layers, precision=args.precision)
+    return BackboneConfig(
+        path=str(Path(args.backbone).resolve()) if args.backbone else None,
+        pooling=args.pooling,
+        trainable_layers=layers,
+        precision=args.precision,
+    )
 
 
 def staged_settings(config, args: argparse.Namespace):
@@ -92,22 +114,8 @@ def staged_settings(config, args: argparse.Namespace):
     return config
 
 
-def run_config(args: argparse.Namespace, task: str, data_task: str | None = None, config_class=None):
-    """A text run's config from the flags; `data_task` names the generator when it differs from the
-    benchmark (steps: per-operation data)."""
-    from redkit.data.generate import DataConfig
-    from redkit.data.tasks import TASKS
-    from redkit.run import RunConfig
-
-    data_task = data_task or task
-    n = args.n if args.n is not None else TASKS[data_task].default_n
-    config = (config_class or RunConfig)(task=task, seed=args.seed, data=DataConfig(task=data_task, n=n, seed=args.seed, split=args.split),
-                                         backbone=backbone_config(args), expert_rank=args.rank, device=args.device,
-                                         router=args.router, router_loss=args.router_loss)
-    return staged_settings(config, args)
-
-
 # ---- --config FILE ----------------------------------------------------------------------------
+
 
 class _FromConfig(list):
     """A repeatable option's list from a config file: copied as empty when argparse appends the
@@ -118,8 +126,13 @@ class _FromConfig(list):
 
 
 def add_config_option(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--config", type=Path, default=None, metavar="FILE",
-                   help="YAML file of this command's options, keys as the long flags (flags given here override it)")
+    p.add_argument(
+        "--config",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="YAML file of this command's options, keys as the long flags (flags given here override it)",
+    )
 
 
 def parse_args(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.Namespace:
@@ -146,8 +159,10 @@ def apply_config(parser: argparse.ArgumentParser, argv: list[str]) -> None:
         name = str(key).replace("_", "-")
         if name not in options:
             close = difflib.get_close_matches(name, options, n=1)
-            raise RedkitError(f"{path}: unknown key {key!r}" + (f"; did you mean {close[0]!r}?" if close else
-                                                               f" (known: {', '.join(sorted(options))})"))
+            raise RedkitError(
+                f"{path}: unknown key {key!r}"
+                + (f"; did you mean {close[0]!r}?" if close else f" (known: {', '.join(sorted(options))})")
+            )
         action = options[name]
         if value is None and action.required:  # an empty value would reach the command as None
             raise RedkitError(f"{path}: key {key!r} is a required option and needs a value, not null")

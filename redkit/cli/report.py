@@ -11,11 +11,16 @@ def _options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--run", required=True, type=Path)
 
 
-@command("report", options=_options,
-         help="rebuild <run>/report.html: the run's tables and every study, figures inlined")
+@command(
+    "report", options=_options, help="rebuild <run>/report.html: the run's tables and every study, figures inlined"
+)
 def run(args) -> None:
-    from redkit.study.html import write_html_report
+    from redkit.report_html import write_html_report
 
-    if not (args.run / "report.md").is_file() and not (args.run / "studies").is_dir() and not (args.run / "analysis").is_dir():
+    if (
+        not (args.run / "report.md").is_file()
+        and not (args.run / "studies").is_dir()
+        and not (args.run / "analysis").is_dir()
+    ):
         raise RedkitError(f"{args.run}: no report.md and no studies/ to build a report from")
     print(write_html_report(args.run))

@@ -9,12 +9,16 @@ from redkit.cli.command import sub_command
 from redkit.cli.fit import fit_kwargs, fit_model_options
 from redkit.cli.reproduce import BENCHMARKS
 
-DEFAULT_DATA = Path(__file__).resolve().parents[2].parent / "shared" / "external" / "clinc150"
-
 
 def _options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--data", type=Path, default=DEFAULT_DATA,
-                   help="a directory with CLINC150's data_full.json and domains.json (default ../shared/external/clinc150)")
+    from redkit.data.clinc150 import DEFAULT_DIR
+
+    p.add_argument(
+        "--data",
+        type=Path,
+        default=DEFAULT_DIR,
+        help="a directory with CLINC150's data_full.json and domains.json (default data/clinc150)",
+    )
     p.add_argument("--out", type=Path, default=Path("runs/clinc150"), help="the run directory")
     fit_model_options(p)
 

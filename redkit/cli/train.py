@@ -11,33 +11,30 @@ from redkit.errors import RedkitError
 def _options(p: argparse.ArgumentParser) -> None:
     p.add_argument("stage", help="base | experts | heads | router | gate")
     p.add_argument("--run", required=True, type=Path)
-    p.add_argument("--domain", action="append", default=None, help="a domain (R1..R5 in Task 1, a fit run's own names) for experts/heads; repeatable")
+    p.add_argument(
+        "--domain",
+        action="append",
+        default=None,
+        help="a domain (R1..R5 in Task 1, a fit run's own names) for experts/heads; repeatable",
+    )
     p.add_argument("--kind", action="append", default=None, help="expert kind for stage experts: residual, logit")
-    p.add_argument("--precision", choices=("fp32", "bf16"), default="fp32",
-                   help="stage experts: train in fp32 or under bf16 autocast (recorded in each module's metrics)")
+    p.add_argument(
+        "--precision",
+        choices=("fp32", "bf16"),
+        default="fp32",
+        help="stage experts: train in fp32 or under bf16 autocast (recorded in each module's metrics)",
+    )
     nproc_option(p)
 
 
 def _domains(run, names: list[str] | None) -> list[int] | None:
-    """Domain indices by name: a Task 1/2 run also takes range_41_60, R3 or 2; any other run its own names."""
-    from redkit.data.vocabulary import parse_domain
-    from redkit.registry import Registry
-    from redkit.space import ANSWER_RANGES
-
-    if names is None:
-        return None
-    if run.space == ANSWER_RANGES:
-        return [parse_domain(name) for name in names]
-    known = Registry("domain")
-    for index, domain in enumerate(run.space.domains):
-        known.register(domain)(index)
-    return [known[name] for name in names]  # an unknown name: did you mean
+    """Domain indices by name (a Task 1/2 run also takes range_41_60, R3 or 2): the run's kind knows."""
+    return None if names is None else [run.domain_index(name) for name in names]
 
 
-@command("train", options=_options,
-         help="run one stage of an existing run (e.g. one expert, in its own process)")
+@command("train", options=_options, help="run one stage of an existing run (e.g. one expert, in its own process)")
 def run(args) -> None:
-    from redkit.open_run import open_run
+    from redkit.run import open_run
     from redkit.train.stages import EXPERT_KINDS, STAGES
 
     run = open_run(args.run)

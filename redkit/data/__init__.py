@@ -1,4 +1,2 @@
-"""Data: the answer vocabulary, examples and their JSONL files, and the task generators."""
-
-from redkit.data import task1  # noqa: F401  (registers the task)
-from redkit.data import task2, operations, decomposer  # noqa: F401  (in this order in listings)
+"""Data readers of the library: CLINC150 as its authors published it (clinc150.py). Your own
+labelled text (JSONL/CSV) is read by redkit/fitting (records.py, data.py)."""

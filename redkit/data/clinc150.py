@@ -7,7 +7,7 @@
 out-of-scope queries (intent "oos": 100 / 100 / 1,000). The in-scope splits become a fit run's
 records (text, intent as label, its domain); the OOS splits stay texts, for the oos-threshold
 protocol (redkit/oos). `oos_train` is read and checked but never trained on: the oos-threshold
-protocol uses no OOS example in training. Point `--data` at your own copy of the two files.
+protocol uses no OOS example in training. `--data` points at your copy of the two files (default data/clinc150).
 """
 
 from dataclasses import dataclass
@@ -16,7 +16,11 @@ from pathlib import Path
 from redkit.errors import RedkitError
 from redkit.fitting.records import Record
 from redkit.jsonfile import read_json
+from redkit.names import check_name
 
+# Where `redkit reproduce clinc150` (and the studies on it) look by default, from the working directory:
+# put the authors' data_full.json and domains.json there (github.com/clinc/oos-eval, data/), or give --data.
+DEFAULT_DIR = Path("data/clinc150")
 IN_SCOPE_SPLITS = ("train", "val", "test")
 OOS_SPLITS = ("oos_train", "oos_val", "oos_test")
 OOS_INTENT = "oos"
@@ -37,6 +41,7 @@ def read_domains(path: Path) -> dict[str, str]:
         raise RedkitError(f"{path}: expected an object {{domain: [intent, ...]}}, got {type(raw).__name__}")
     domain_of: dict[str, str] = {}
     for domain, intents in raw.items():
+        check_name(domain, "domain", str(path))  # a module folder each (redkit/names.py)
         if not isinstance(intents, list) or not all(isinstance(i, str) and i for i in intents):
             raise RedkitError(f"{path}: domain {domain!r} must list intent names (non-empty strings)")
         for intent in intents:
@@ -54,9 +59,16 @@ def _pairs(path: Path, raw: dict, split: str) -> list[tuple[str, str]]:
         raise RedkitError(f"{path}: split {split!r} must be a non-empty list of [text, intent] pairs")
     pairs = []
     for i, pair in enumerate(entries):
-        if (not isinstance(pair, list) or len(pair) != 2 or not all(isinstance(x, str) for x in pair)
-                or not pair[0].strip() or not pair[1].strip()):
-            raise RedkitError(f"{path}: {split}[{i}] is not a [text, intent] pair of non-empty strings: {str(pair)[:80]}")
+        if (
+            not isinstance(pair, list)
+            or len(pair) != 2
+            or not all(isinstance(x, str) for x in pair)
+            or not pair[0].strip()
+            or not pair[1].strip()
+        ):
+            raise RedkitError(
+                f"{path}: {split}[{i}] is not a [text, intent] pair of non-empty strings: {str(pair)[:80]}"
+            )
         pairs.append((pair[0].strip(), pair[1].strip()))
     return pairs
 
@@ -69,7 +81,9 @@ def read_clinc150(directory: str | Path) -> Clinc150:
     data_path, domains_path = directory / "data_full.json", directory / "domains.json"
     for path in (data_path, domains_path):
         if not path.is_file():
-            raise RedkitError(f"{path}: missing (CLINC150 needs data_full.json and domains.json, as its authors published them)")
+            raise RedkitError(
+                f"{path}: missing (CLINC150 needs data_full.json and domains.json, as its authors published them)"
+            )
     domain_of = read_domains(domains_path)
     raw = read_json(data_path, "CLINC150's data_full.json")
     if not isinstance(raw, dict):
@@ -90,7 +104,9 @@ def read_clinc150(directory: str | Path) -> Clinc150:
         pairs = _pairs(data_path, raw, split)
         for i, (_, intent) in enumerate(pairs):
             if intent != OOS_INTENT:
-                raise RedkitError(f"{data_path}: {split}[{i}]: intent {intent!r} in an out-of-scope split (expected {OOS_INTENT!r})")
+                raise RedkitError(
+                    f"{data_path}: {split}[{i}]: intent {intent!r} in an out-of-scope split (expected {OOS_INTENT!r})"
+                )
         oos[split] = [text for text, _ in pairs]
     trained = {r.answer for r in splits["train"]}  # the classes: what train has
     for split in ("val", "test"):
@@ -98,4 +114,3 @@ def read_clinc150(directory: str | Path) -> Clinc150:
             if r.answer not in trained:
                 raise RedkitError(f"{r.where}: intent {r.answer!r} never occurs in train")
     return Clinc150(splits, oos, tuple(sorted({r.domain for r in splits["train"]})), tuple(sorted(trained)))
-

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 from redkit.backbone import BackboneConfig
 from redkit.fitting.recipe import TUNING
-from redkit.run import DEFAULT_STAGE_OVERRIDES, StagedConfig
+from redkit.run import DEFAULT_STAGE_OVERRIDES, TextConfig
 
 # A fit run's stages: the stages on cached features as every run trains them; stage base (and joint,
 # where it is trained apart) by the fine-tuning recipe of redkit/fitting/recipe.py.
@@ -14,10 +14,12 @@ FIT_STAGE_OVERRIDES = copy.deepcopy(DEFAULT_STAGE_OVERRIDES) | {"base": dict(TUN
 
 
 @dataclass
-class FitConfig(StagedConfig):
+class FitConfig(TextConfig):
     task: str = "fit"
     data_dir: str = ""  # train.jsonl|csv, optional val and test, as given (resolved path)
-    data_format: str = "files"  # "files": DIR/train.jsonl|csv ...; "clinc150": the authors' data_full.json + domains.json
+    data_format: str = (
+        "files"  # "files": DIR/train.jsonl|csv ...; "clinc150": the authors' data_full.json + domains.json
+    )
     oos_file: str | None = None  # out-of-scope validation texts (`--oos`): the OOS threshold is chosen on them
     text_field: str = "text"
     label_field: str = "label"
@@ -29,14 +31,20 @@ class FitConfig(StagedConfig):
     domains: tuple[str, ...] = ()  # one expert each; found in the training file (add-domain appends)
     label_domains: tuple[str, ...] = ()  # the one domain of each label, where every label has one in train; else empty
     added_data: tuple[str, ...] = ()  # data directories of the domains add-domain plugged in later, in order
-    added_domains: tuple[str, ...] = ()  # domains add-domain plugged in that the run never had (stage base never saw them)
-    removed_domains: tuple[str, ...] = ()  # the domains remove-domain took out, in order (a domain added back stays listed)
-    label_rows: dict[str, tuple[str, ...]] = field(default_factory=dict)  # domain -> the new labels its label_rows module outputs
+    added_domains: tuple[
+        str, ...
+    ] = ()  # domains add-domain plugged in that the run never had (stage base never saw them)
+    removed_domains: tuple[
+        str, ...
+    ] = ()  # the domains remove-domain took out, in order (a domain added back stays listed)
+    label_rows: dict[str, tuple[str, ...]] = field(
+        default_factory=dict
+    )  # domain -> the new labels its label_rows module outputs
     removed_labels: tuple[str, ...] = ()  # labels only removed domains had: masked, no composition predicts them
     backbone: BackboneConfig = field(default_factory=BackboneConfig)
     stage_overrides: dict[str, dict] = field(default_factory=lambda: copy.deepcopy(FIT_STAGE_OVERRIDES))
     # Of train, stratified by domain, for stage base. 1.0 (stage base is then the joint model, and the
-    # experts refine it), chosen on CLINC150's val by `redkit study levers` (docs/clinc150.md); the
+    # experts refine it), chosen on CLINC150's val by `redkit study levers` (docs/results/clinc150.md); the
     # paper's recipe is 0.1, which `--base-fraction 0.1` restores.
     base_fraction: float = 1.0
     references: tuple[str, ...] = ("joint", "linear_probe")  # a fit run is always measured against both

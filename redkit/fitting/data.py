@@ -1,8 +1,8 @@
 """A fit data directory read, checked and split, before anything is written to a run.
 
-    DIR/train.jsonl|csv   required
-    DIR/val.jsonl|csv     optional: else carved from train, stratified by domain, with the seed
-    DIR/test.jsonl|csv    optional: else no test table (said once)
+DIR/train.jsonl|csv   required
+DIR/val.jsonl|csv     optional: else carved from train, stratified by domain, with the seed
+DIR/test.jsonl|csv    optional: else no test table (said once)
 """
 
 import random
@@ -11,6 +11,7 @@ from pathlib import Path
 
 from redkit.errors import RedkitError
 from redkit.fitting.records import INTEGER, Fields, LabelReader, Record, order_labels, read_records
+from redkit.names import check_name
 
 SPLIT_NAMES = ("train", "val", "test")
 
@@ -33,9 +34,16 @@ def split_file(directory: Path, name: str) -> Path | None:
     return found[0] if found else None
 
 
-def load_fit_data(directory: Path, fields: Fields, seed: int, val_fraction: float,
-                  domains: tuple[str, ...] | None = None, labels: tuple[str, ...] | None = None,
-                  numeric_labels: bool = False, skip_invalid: bool = False) -> FitData:
+def load_fit_data(
+    directory: Path,
+    fields: Fields,
+    seed: int,
+    val_fraction: float,
+    domains: tuple[str, ...] | None = None,
+    labels: tuple[str, ...] | None = None,
+    numeric_labels: bool = False,
+    skip_invalid: bool = False,
+) -> FitData:
     """Read and check every split. `domains` / `labels` / `numeric_labels`: a run's own, when adding to it:
     the data's domains are then new ones, and its labels the run's followed by those it has never
     seen (in `order_labels` order), which must be integers if the run's are (`numeric_labels`).
@@ -55,23 +63,36 @@ def load_fit_data(directory: Path, fields: Fields, seed: int, val_fraction: floa
         added, added_numeric = order_labels(unseen) if unseen else ((), numeric_labels)
         if numeric_labels and not added_numeric:
             first = next(r for r in train if r.answer in unseen and not INTEGER.fullmatch(r.answer))
-            raise RedkitError(f"{first.where}: field '{fields.label}' = {first.answer!r} is not an integer, as every label of the run is")
+            raise RedkitError(
+                f"{first.where}: field '{fields.label}' = {first.answer!r} is not an integer, as every label of the run is"
+            )
         found_labels, numeric = tuple(labels) + tuple(added), numeric_labels
     found_domains = tuple(sorted({r.domain for r in train}))
     for domain in found_domains:
         rows = [r for r in train if r.domain == domain]
+        # Each domain becomes module folders (modules/experts/residual/<domain>, ...): refused here, at
+        # its first line, before anything is written, if it is a path or another module's folder.
+        check_name(
+            domain, "domain" if fields.domain == "domain" else f"domain (field '{fields.domain}')", rows[0].where
+        )
         if len(rows) < 2:
-            raise RedkitError(f"{rows[0].where}: field '{fields.domain}' = {domain!r} has {len(rows)} training example; "
-                              "an expert needs at least 2 (one is held out for validation)")
+            raise RedkitError(
+                f"{rows[0].where}: field '{fields.domain}' = {domain!r} has {len(rows)} training example; "
+                "an expert needs at least 2 (one is held out for validation)"
+            )
         if domains is not None and domain in domains:
             raise RedkitError(f"{rows[0].where}: domain {domain!r} is already one of the run's ({', '.join(domains)})")
     notes, splits = [], {"train": train}
     val_path, test_path = split_file(directory, "val"), split_file(directory, "test")
     if val_path is None:
         splits["train"], splits["val"] = carve(train, seed, val_fraction)
-        notes.append(f"no val file: {len(splits['val'])} examples of train held out for validation, stratified by domain (seed {seed})")
+        notes.append(
+            f"no val file: {len(splits['val'])} examples of train held out for validation, stratified by domain (seed {seed})"
+        )
     else:
-        splits["val"] = _checked(read_records(val_path, fields, reader, skipped=skipped), found_labels, found_domains, fields)
+        splits["val"] = _checked(
+            read_records(val_path, fields, reader, skipped=skipped), found_labels, found_domains, fields
+        )
         missing = sorted(set(found_domains) - {r.domain for r in splits["val"]})
         if missing:
             raise RedkitError(f"{val_path}: no example of domain {missing[0]!r}; its expert could not be validated")
@@ -81,8 +102,10 @@ def load_fit_data(directory: Path, fields: Fields, seed: int, val_fraction: floa
         splits["test"] = _checked(read_records(test_path, fields, reader, skipped=skipped), None, found_domains, fields)
     if skipped:
         shown = ", ".join(skipped[:3]) + (f" and {len(skipped) - 3} more" if len(skipped) > 3 else "")
-        notes.append(f"--skip-invalid: {len(skipped)} record{'s' if len(skipped) > 1 else ''} with an empty text, label "
-                     f"or domain left out ({shown})")
+        notes.append(
+            f"--skip-invalid: {len(skipped)} record{'s' if len(skipped) > 1 else ''} with an empty text, label "
+            f"or domain left out ({shown})"
+        )
     return FitData(splits, found_labels, numeric, found_domains, notes)
 
 
@@ -92,15 +115,24 @@ def clinc150_fit_data(directory: Path) -> FitData:
     from redkit.data.clinc150 import read_clinc150
 
     data = read_clinc150(directory)
-    notes = [f"CLINC150: {len(data.intents)} in-scope intents in {len(data.domains)} domains; out-of-scope queries "
-             f"({', '.join(f'{s} {len(t)}' for s, t in data.oos.items())}) are kept apart for the oos-threshold protocol "
-             "and never trained on"]
+    notes = [
+        f"CLINC150: {len(data.intents)} in-scope intents in {len(data.domains)} domains; out-of-scope queries "
+        f"({', '.join(f'{s} {len(t)}' for s, t in data.oos.items())}) are kept apart for the oos-threshold protocol "
+        "and never trained on"
+    ]
     oos = {name: texts for name, texts in data.oos.items() if name != "oos_train"}
     return FitData(dict(data.splits), data.intents, False, data.domains, notes, oos)
 
 
-def load_run_data(directory: Path, data_format: str, fields: Fields, seed: int, val_fraction: float,
-                  oos_file: Path | None = None, skip_invalid: bool = False) -> FitData:
+def load_run_data(
+    directory: Path,
+    data_format: str,
+    fields: Fields,
+    seed: int,
+    val_fraction: float,
+    oos_file: Path | None = None,
+    skip_invalid: bool = False,
+) -> FitData:
     """A fit run's data, whatever its format: a directory of files ("files") or CLINC150 as its
     authors published it ("clinc150", whose out-of-scope splits come along); `oos_file` adds (or
     replaces) the out-of-scope validation texts the OOS threshold is chosen on."""
@@ -127,12 +159,18 @@ def label_domains(data: FitData) -> tuple[str, ...]:
     return tuple(next(iter(seen[label])) for label in data.labels)
 
 
-def _checked(records: list[Record], labels: tuple[str, ...] | None, domains: tuple[str, ...], fields: Fields) -> list[Record]:
+def _checked(
+    records: list[Record], labels: tuple[str, ...] | None, domains: tuple[str, ...], fields: Fields
+) -> list[Record]:
     for r in records:
         if labels is not None and r.answer not in labels:
-            raise RedkitError(f"{r.where}: field '{fields.label}' = {r.answer!r} never occurs in train (validation needs known labels)")
+            raise RedkitError(
+                f"{r.where}: field '{fields.label}' = {r.answer!r} never occurs in train (validation needs known labels)"
+            )
         if r.domain not in domains:
-            raise RedkitError(f"{r.where}: field '{fields.domain}' = {r.domain!r} is not a domain of train ({', '.join(domains)})")
+            raise RedkitError(
+                f"{r.where}: field '{fields.domain}' = {r.domain!r} is not a domain of train ({', '.join(domains)})"
+            )
     return records
 
 

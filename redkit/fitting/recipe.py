@@ -5,7 +5,7 @@ The recipe is BERT's fine-tuning recipe (Devlin et al. 2019) as google/uncertain
 on CLINC150 (`baselines/clinc_intent`): AdamW with weight decay 0.01, linear warm-up over the first
 10 % of steps then linear decay to 0, dropout 0.1 (the backbone's own), batches of 32, plus label
 smoothing 0.1 (Szegedy et al. 2016; Müller et al. 2019). The learning rate was chosen on CLINC150's
-val by `redkit study tuning` (docs/clinc150.md). What it adds for a CPU: batches of texts of similar
+val by `redkit study tuning` (docs/results/clinc150.md). What it adds for a CPU: batches of texts of similar
 lengths, each padded only to its longest (transformers' `group_by_length`), and the best epoch kept
 by val accuracy (ties: val loss).
 
@@ -32,9 +32,20 @@ MAX_EPOCHS = 6
 MIN_EPOCHS = 2
 
 # The stage-base (and joint) settings of a fit run; the stages on cached features keep theirs.
-TUNING = {"lr": 2e-4, "head_lr": None, "batch_size": 32, "virtual_batch_size": 32, "max_epochs": MAX_EPOCHS,
-          "patience": 3, "weight_decay": 0.01, "schedule": "linear", "warmup_ratio": 0.1, "label_smoothing": 0.1,
-          "select_by": "accuracy", "length_grouped": True}
+TUNING = {
+    "lr": 2e-4,
+    "head_lr": None,
+    "batch_size": 32,
+    "virtual_batch_size": 32,
+    "max_epochs": MAX_EPOCHS,
+    "patience": 3,
+    "weight_decay": 0.01,
+    "schedule": "linear",
+    "warmup_ratio": 0.1,
+    "label_smoothing": 0.1,
+    "select_by": "accuracy",
+    "length_grouped": True,
+}
 
 
 @dataclass(frozen=True)
@@ -48,9 +59,11 @@ class Settled:
     tokens: int  # of train, each text cut at max_length
 
     def line(self, texts: int) -> str:
-        return (f"max_length {self.max_length} tokens ({texts - self.cut:,} of {texts:,} training texts fit, "
-                f"{self.cut:,} cut); {self.tokens:,} training tokens: {self.trainable_layers} trainable layers, "
-                f"up to {self.epochs} epochs")
+        return (
+            f"max_length {self.max_length} tokens ({texts - self.cut:,} of {texts:,} training texts fit, "
+            f"{self.cut:,} cut); {self.tokens:,} training tokens: {self.trainable_layers} trainable layers, "
+            f"up to {self.epochs} epochs"
+        )
 
 
 def covering_length(lengths: list[int], limit: int, coverage: float = COVERAGE) -> int:
@@ -71,8 +84,14 @@ def most_layers(tokens: int, num_layers: int, budget: int = TOKEN_BUDGET) -> int
     return next((n for n in range(num_layers, 0, -1) if max(tokens, 1) * n * MIN_EPOCHS <= budget), 1)
 
 
-def settle(lengths: list[int], num_layers: int, limit: int, max_length: int | None = None,
-           trainable_layers: int | None = None, epochs: int | None = None) -> Settled:
+def settle(
+    lengths: list[int],
+    num_layers: int,
+    limit: int,
+    max_length: int | None = None,
+    trainable_layers: int | None = None,
+    epochs: int | None = None,
+) -> Settled:
     """Settle what is `auto` (None) from the training texts' token lengths (special tokens included)."""
     length = max_length or covering_length(lengths, limit)
     tokens = sum(min(n, length) for n in lengths)

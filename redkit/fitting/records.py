@@ -12,12 +12,13 @@ one class or two. Every bad line is one RedkitError naming the file, the line an
 
 import csv
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
-from redkit.data.records import jsonl_objects
 from redkit.errors import RedkitError
+from redkit.jsonfile import jsonl_objects
 
 INTEGER = re.compile(r"[+-]?\d+", re.ASCII)
 MAX_DIGITS = 1000  # an integer label longer than this is refused (Python converts at most 4,300 digits)
@@ -60,12 +61,16 @@ class LabelReader:
             raise RedkitError(f"{where}: field '{field}' is empty")
         if isinstance(value, int) or INTEGER.fullmatch(text):
             if len(text) > MAX_DIGITS:  # int() refuses such strings, and no label needs them
-                raise RedkitError(f"{where}: field '{field}' is a number of {len(text)} digits; a label may have at most {MAX_DIGITS}")
+                raise RedkitError(
+                    f"{where}: field '{field}' is a number of {len(text)} digits; a label may have at most {MAX_DIGITS}"
+                )
             spelling = repr(value) if isinstance(value, str) else text  # 1 vs '1' vs '01'
             first = self._spelling.setdefault(int(text), (spelling, where))
             if first[0] != spelling:
-                raise RedkitError(f"{where}: field '{field}' = {spelling} but {first[1]} has {first[0]}: a label column "
-                                  "must write each number one way (all integers, or all the same text)")
+                raise RedkitError(
+                    f"{where}: field '{field}' = {spelling} but {first[1]} has {first[0]}: a label column "
+                    "must write each number one way (all integers, or all the same text)"
+                )
         return text
 
 
@@ -73,8 +78,13 @@ def _blank(value: Any) -> bool:
     return value is None or (isinstance(value, str) and not value.strip())
 
 
-def read_records(path: Path, fields: Fields, labels: LabelReader, need: tuple[str, ...] = ("label", "domain"),
-                 skipped: list[str] | None = None) -> list[Record]:
+def read_records(
+    path: Path,
+    fields: Fields,
+    labels: LabelReader,
+    need: tuple[str, ...] = ("label", "domain"),
+    skipped: list[str] | None = None,
+) -> list[Record]:
     """Every record of a JSONL or CSV file. The text is always required; `need` names the other
     fields every record must have (an evaluated file may lack domains). A record whose text (or a
     needed field) is missing or empty is an error naming it, unless `skipped` is given: it is then
@@ -92,16 +102,22 @@ def read_records(path: Path, fields: Fields, labels: LabelReader, need: tuple[st
         if not isinstance(text, str) or not text.strip():
             if text is None:
                 raise RedkitError(f"{where}: missing text field '{fields.text}'")
-            raise RedkitError(f"{where}: field '{fields.text}' is empty (--skip-invalid drops such records and counts them)"
-                              if isinstance(text, str) else f"{where}: field '{fields.text}' must be a string, got {text!r}")
+            raise RedkitError(
+                f"{where}: field '{fields.text}' is empty (--skip-invalid drops such records and counts them)"
+                if isinstance(text, str)
+                else f"{where}: field '{fields.text}' must be a string, got {text!r}"
+            )
         values = {}
         for role in ("label", "domain"):
             name = getattr(fields, role)
             value = obj.get(name)
             if _blank(value):
                 if role in need:
-                    raise RedkitError(f"{where}: missing {role} field '{name}'" if value is None else
-                                      f"{where}: {role} field '{name}' is empty (--skip-invalid drops such records and counts them)")
+                    raise RedkitError(
+                        f"{where}: missing {role} field '{name}'"
+                        if value is None
+                        else f"{where}: {role} field '{name}' is empty (--skip-invalid drops such records and counts them)"
+                    )
                 values[role] = None
             else:
                 values[role] = labels(value, where, name) if role == "label" else _domain(value, where, name)
@@ -127,8 +143,10 @@ def _csv_rows(path: Path, fields: Fields) -> Iterator[tuple[str, dict]]:
             reader = csv.DictReader(f)
             header = reader.fieldnames or []
             if fields.text not in header:
-                raise RedkitError(f"{path}:1: no header row naming the fields (expected column '{fields.text}' among "
-                                  f"{', '.join(repr(h) for h in header) or 'nothing'}); a CSV's first row names its columns")
+                raise RedkitError(
+                    f"{path}:1: no header row naming the fields (expected column '{fields.text}' among "
+                    f"{', '.join(repr(h) for h in header) or 'nothing'}); a CSV's first row names its columns"
+                )
             for row in reader:
                 if any(v not in (None, "") for k, v in row.items() if k is not None):
                     yield f"{path}:{reader.line_num}", row

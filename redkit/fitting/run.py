@@ -13,18 +13,18 @@ from pathlib import Path
 import torch
 
 from redkit.atomic import write_json, write_jsonl
-from redkit.data.records import jsonl_objects
 from redkit.errors import RedkitError
-from redkit.open_run import RUN_KINDS
 from redkit.fitting.config import FitConfig
 from redkit.fitting.data import FitData, load_run_data
 from redkit.fitting.records import Fields, LabelReader, Record, read_records
-from redkit.run import Run
+from redkit.jsonfile import jsonl_objects
+from redkit.names import check_name
+from redkit.run import RUN_KINDS, TextRun
 from redkit.space import LabelSpace
 
 
 @RUN_KINDS.register("fit")
-class FitRun(Run):
+class FitRun(TextRun):
     config_class = FitConfig
     reuse_prefix = True
 
@@ -34,13 +34,22 @@ class FitRun(Run):
 
     @cached_property
     def space(self) -> LabelSpace:
-        return LabelSpace.of_labels(tuple(self.config.labels), tuple(self.config.domains), tuple(self.config.label_domains))
+        return LabelSpace.of_labels(
+            tuple(self.config.labels), tuple(self.config.domains), tuple(self.config.label_domains)
+        )
 
     def load_data(self) -> FitData:
         """The run's data directory read and checked again (nothing written)."""
         oos = Path(self.config.oos_file) if self.config.oos_file else None
-        return load_run_data(Path(self.config.data_dir), self.config.data_format, self.fields, self.config.seed,
-                             self.config.val_fraction, oos, skip_invalid=self.config.skip_invalid)
+        return load_run_data(
+            Path(self.config.data_dir),
+            self.config.data_format,
+            self.fields,
+            self.config.seed,
+            self.config.val_fraction,
+            oos,
+            skip_invalid=self.config.skip_invalid,
+        )
 
     def prepare_data(self, data: FitData | None = None) -> dict:
         """Write the splits once (from `data`, already read, or from the data directory); reruns reuse them."""
@@ -49,7 +58,9 @@ class FitRun(Run):
             return json.loads(path.read_text())
         data = data or self.load_data()
         if (data.labels, data.domains) != (self.space.labels, self.space.domains):
-            raise RedkitError(f"{self.config.data_dir}: its labels or domains changed since {self.dir} was made; use another --out")
+            raise RedkitError(
+                f"{self.config.data_dir}: its labels or domains changed since {self.dir} was made; use another --out"
+            )
         return self.write_data(data)
 
     def write_data(self, data: FitData) -> dict:
@@ -57,23 +68,38 @@ class FitRun(Run):
             write_jsonl(self.dir / "data" / f"{name}.jsonl", (r.to_json() for r in records))
         for name, texts in data.oos.items():
             write_jsonl(self.dir / "data" / f"{name}.jsonl", ({"id": i, "text": t} for i, t in enumerate(texts)))
-        summary = {"splits": {name: {"count": len(records), "per_domain": {d: sum(r.domain == d for r in records)
-                                                                          for d in self.space.domains}}
-                              for name, records in data.splits.items()},
-                   "oos": {name: len(texts) for name, texts in data.oos.items()},
-                   "labels": list(self.space.labels), "domains": list(self.space.domains), "notes": data.notes}
+        summary = {
+            "splits": {
+                name: {
+                    "count": len(records),
+                    "per_domain": {d: sum(r.domain == d for r in records) for d in self.space.domains},
+                }
+                for name, records in data.splits.items()
+            },
+            "oos": {name: len(texts) for name, texts in data.oos.items()},
+            "labels": list(self.space.labels),
+            "domains": list(self.space.domains),
+            "notes": data.notes,
+        }
         write_json(self.dir / "data" / "splits.json", summary)
         return summary
 
+    def _split_names(self, key: str) -> list[str]:
+        """The splits data/splits.json lists under `key`, each a file data/<name>.jsonl: a plain name
+        (an expert directory's splits.json comes from elsewhere; redkit/names.py)."""
+        path = self.dir / "data" / "splits.json"
+        listed = json.loads(path.read_text()).get(key, {})
+        return [check_name(name, "split", f"{path}: field '{key}'", reserved=False) for name in listed]
+
     @cached_property
     def splits(self) -> dict[str, list[Record]]:
-        names = json.loads((self.dir / "data" / "splits.json").read_text())["splits"]
+        names = self._split_names("splits")
         return {name: read_records(self.dir / "data" / f"{name}.jsonl", Fields(), LabelReader()) for name in names}
 
     @cached_property
     def oos_texts(self) -> dict[str, list[str]]:
         """Out-of-scope texts by split (oos_val, oos_test), where the run has any."""
-        names = json.loads((self.dir / "data" / "splits.json").read_text()).get("oos", {})
+        names = self._split_names("oos")
         return {name: [obj["text"] for _, obj in jsonl_objects(self.dir / "data" / f"{name}.jsonl")] for name in names}
 
     def subset_sizes(self, size: int, pools: list[list[int]]) -> list[int]:

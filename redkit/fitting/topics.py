@@ -13,43 +13,88 @@ from redkit.atomic import write_text
 
 # topic -> (slot words, {intent: templates with {x} for a slot word})
 TOPICS: dict[str, tuple[tuple[str, ...], dict[str, tuple[str, ...]]]] = {
-    "banking": (("card", "account", "transfer", "loan", "savings"), {
-        "refund": ("I was charged twice on my {x}, please give the money back", "refund the fee on my {x}",
-                   "why did you take money from my {x} twice"),
-        "balance": ("how much is left on my {x}", "show me the balance of my {x}", "what is my {x} balance today"),
-        "block": ("my {x} was stolen, block it now", "freeze my {x} please", "someone used my {x}, lock it"),
-        "open": ("I want to open a new {x}", "how do I start a {x} with you", "sign me up for a {x}"),
-        "rate": ("what interest do you pay on a {x}", "is the {x} rate going up", "tell me the rate for a {x}"),
-    }),
-    "travel": (("flight", "hotel", "train", "rental car", "cruise"), {
-        "book": ("book a {x} to Lisbon for Friday", "I need a {x} next week", "reserve a {x} for two people"),
-        "cancel": ("cancel my {x} booking", "I can't make the {x}, cancel it", "please drop my {x} reservation"),
-        "delay": ("is my {x} delayed", "my {x} is late, what now", "how long is the {x} delay"),
-        "baggage": ("how many bags can I take on the {x}", "my luggage got lost on the {x}", "is there a bag fee for the {x}"),
-        "upgrade": ("can I upgrade my {x}", "move me to a better {x} class", "is a {x} upgrade available"),
-    }),
-    "cooking": (("pasta", "bread", "soup", "curry", "cake"), {
-        "recipe": ("give me a recipe for {x}", "how do I make {x} at home", "what is an easy {x} recipe"),
-        "substitute": ("what can I use instead of eggs in {x}", "I have no butter for the {x}, any swap",
-                       "replace the cream in my {x}"),
-        "time": ("how long does {x} take to cook", "how many minutes for the {x}", "when is the {x} done"),
-        "store": ("how do I keep leftover {x}", "can I freeze the {x}", "how long does {x} last in the fridge"),
-        "wine": ("which wine goes with {x}", "pick a drink for my {x}", "red or white with {x}"),
-    }),
-    "health": (("headache", "back pain", "cough", "rash", "fever"), {
-        "appointment": ("book a doctor for my {x}", "I need to see someone about a {x}", "get me an appointment for the {x}"),
-        "symptom": ("is a {x} at night normal", "what causes a {x}", "should I worry about this {x}"),
-        "medicine": ("what can I take for a {x}", "which pill helps with {x}", "is there a cream or tablet for {x}"),
-        "insurance": ("does my plan cover the {x} treatment", "will insurance pay for my {x}", "is {x} care covered"),
-        "emergency": ("my {x} is very bad, call help", "urgent: severe {x} right now", "I think the {x} is an emergency"),
-    }),
-    "tech": (("laptop", "phone", "router", "printer", "tablet"), {
-        "reset": ("how do I reset my {x}", "factory reset the {x}", "wipe my {x} and start over"),
-        "slow": ("my {x} is very slow", "why is the {x} so sluggish", "the {x} takes ages to do anything"),
-        "connect": ("my {x} won't connect to wifi", "the {x} keeps dropping the network", "pair my {x} with bluetooth"),
-        "battery": ("the {x} battery dies fast", "my {x} won't charge", "how do I save battery on the {x}"),
-        "buy": ("which {x} should I buy", "recommend a cheap {x}", "is the new {x} worth it"),
-    }),
+    "banking": (
+        ("card", "account", "transfer", "loan", "savings"),
+        {
+            "refund": (
+                "I was charged twice on my {x}, please give the money back",
+                "refund the fee on my {x}",
+                "why did you take money from my {x} twice",
+            ),
+            "balance": ("how much is left on my {x}", "show me the balance of my {x}", "what is my {x} balance today"),
+            "block": ("my {x} was stolen, block it now", "freeze my {x} please", "someone used my {x}, lock it"),
+            "open": ("I want to open a new {x}", "how do I start a {x} with you", "sign me up for a {x}"),
+            "rate": ("what interest do you pay on a {x}", "is the {x} rate going up", "tell me the rate for a {x}"),
+        },
+    ),
+    "travel": (
+        ("flight", "hotel", "train", "rental car", "cruise"),
+        {
+            "book": ("book a {x} to Lisbon for Friday", "I need a {x} next week", "reserve a {x} for two people"),
+            "cancel": ("cancel my {x} booking", "I can't make the {x}, cancel it", "please drop my {x} reservation"),
+            "delay": ("is my {x} delayed", "my {x} is late, what now", "how long is the {x} delay"),
+            "baggage": (
+                "how many bags can I take on the {x}",
+                "my luggage got lost on the {x}",
+                "is there a bag fee for the {x}",
+            ),
+            "upgrade": ("can I upgrade my {x}", "move me to a better {x} class", "is a {x} upgrade available"),
+        },
+    ),
+    "cooking": (
+        ("pasta", "bread", "soup", "curry", "cake"),
+        {
+            "recipe": ("give me a recipe for {x}", "how do I make {x} at home", "what is an easy {x} recipe"),
+            "substitute": (
+                "what can I use instead of eggs in {x}",
+                "I have no butter for the {x}, any swap",
+                "replace the cream in my {x}",
+            ),
+            "time": ("how long does {x} take to cook", "how many minutes for the {x}", "when is the {x} done"),
+            "store": ("how do I keep leftover {x}", "can I freeze the {x}", "how long does {x} last in the fridge"),
+            "wine": ("which wine goes with {x}", "pick a drink for my {x}", "red or white with {x}"),
+        },
+    ),
+    "health": (
+        ("headache", "back pain", "cough", "rash", "fever"),
+        {
+            "appointment": (
+                "book a doctor for my {x}",
+                "I need to see someone about a {x}",
+                "get me an appointment for the {x}",
+            ),
+            "symptom": ("is a {x} at night normal", "what causes a {x}", "should I worry about this {x}"),
+            "medicine": (
+                "what can I take for a {x}",
+                "which pill helps with {x}",
+                "is there a cream or tablet for {x}",
+            ),
+            "insurance": (
+                "does my plan cover the {x} treatment",
+                "will insurance pay for my {x}",
+                "is {x} care covered",
+            ),
+            "emergency": (
+                "my {x} is very bad, call help",
+                "urgent: severe {x} right now",
+                "I think the {x} is an emergency",
+            ),
+        },
+    ),
+    "tech": (
+        ("laptop", "phone", "router", "printer", "tablet"),
+        {
+            "reset": ("how do I reset my {x}", "factory reset the {x}", "wipe my {x} and start over"),
+            "slow": ("my {x} is very slow", "why is the {x} so sluggish", "the {x} takes ages to do anything"),
+            "connect": (
+                "my {x} won't connect to wifi",
+                "the {x} keeps dropping the network",
+                "pair my {x} with bluetooth",
+            ),
+            "battery": ("the {x} battery dies fast", "my {x} won't charge", "how do I save battery on the {x}"),
+            "buy": ("which {x} should I buy", "recommend a cheap {x}", "is the new {x} worth it"),
+        },
+    ),
 }
 PREFIXES = ("", "", "hi, ", "hello, ", "please, ", "quick question: ", "hey there, ", "sorry to bother you, ")
 SUFFIXES = ("", "", "?", " thanks", " asap", " please", " thank you!", " :)")
@@ -68,14 +113,24 @@ def topic_records(n: int, domains: int, labels_per_domain: int, seed: int, sente
         topic = rng.choice(topics)
         slots, intents = TOPICS[topic]
         intent = rng.choice(list(intents)[:labels_per_domain])
-        text = " ".join(rng.choice(PREFIXES) + rng.choice(intents[intent]).format(x=rng.choice(slots)) + rng.choice(SUFFIXES)
-                        for _ in range(sentences))
+        text = " ".join(
+            rng.choice(PREFIXES) + rng.choice(intents[intent]).format(x=rng.choice(slots)) + rng.choice(SUFFIXES)
+            for _ in range(sentences)
+        )
         records.append({"text": text, "label": intent, "domain": topic})
     return records
 
 
-def write_topics(directory: str | Path, train: int = 5000, val: int = 500, test: int = 500, domains: int = 5,
-                 labels_per_domain: int = 5, seed: int = 0, sentences: int = 1) -> Path:
+def write_topics(
+    directory: str | Path,
+    train: int = 5000,
+    val: int = 500,
+    test: int = 500,
+    domains: int = 5,
+    labels_per_domain: int = 5,
+    seed: int = 0,
+    sentences: int = 1,
+) -> Path:
     """DIR/train.jsonl, val.jsonl (unless val=0) and test.jsonl (unless test=0), each from its own seed."""
     directory = Path(directory)
     for offset, (name, n) in enumerate((("train", train), ("val", val), ("test", test))):
@@ -85,8 +140,14 @@ def write_topics(directory: str | Path, train: int = 5000, val: int = 500, test:
     return directory
 
 
-def write_clinc_format(directory: str | Path, per_label: tuple[int, int, int] = (16, 4, 4), oos: tuple[int, int, int] = (6, 8, 8),
-                       domains: int = 3, labels_per_domain: int = 3, seed: int = 0) -> Path:
+def write_clinc_format(
+    directory: str | Path,
+    per_label: tuple[int, int, int] = (16, 4, 4),
+    oos: tuple[int, int, int] = (6, 8, 8),
+    domains: int = 3,
+    labels_per_domain: int = 3,
+    seed: int = 0,
+) -> Path:
     """The generated topics in CLINC150's published layout (data_full.json with train/val/test and
     oos_train/oos_val/oos_test as [text, intent] pairs, domains.json): `per_label` queries per label
     and split, `oos` out-of-scope queries per split, drawn from topics the in-scope domains do not use."""
@@ -104,7 +165,7 @@ def write_clinc_format(directory: str | Path, per_label: tuple[int, int, int] = 
     outside = [r["text"] for r in outside if r["domain"] not in list(TOPICS)[:domains]]
     start = 0
     for name, count in zip(("oos_train", "oos_val", "oos_test"), oos):
-        data[name] = [[text, "oos"] for text in outside[start:start + count]]
+        data[name] = [[text, "oos"] for text in outside[start : start + count]]
         start += count
     grouped: dict[str, list[str]] = {}
     for r in pool:

@@ -19,17 +19,32 @@ from pathlib import Path
 
 from redkit.errors import RedkitError
 from redkit.fitting.data import load_fit_data
-from redkit.lifecycle.derive import check_parts, derive, domain_parts, finish, open_fit_run, retrain_routing, shared_parts
+from redkit.lifecycle.derive import (
+    check_parts,
+    derive,
+    domain_parts,
+    finish,
+    open_fit_run,
+    retrain_routing,
+    shared_parts,
+)
 from redkit.lifecycle.expert import read_expert
 from redkit.lifecycle.grow import grown_config, new_domain_steps
-from redkit.steps.plugin import copy_modules
+from redkit.modules.store import copy_modules
 
 
-def add_domain(parent_dir: Path, data_dir: Path | None = None, out: Path | None = None, expert_dir: Path | None = None,
-               print_fn=print) -> dict:
+def add_domain(
+    parent_dir: Path,
+    data_dir: Path | None = None,
+    out: Path | None = None,
+    expert_dir: Path | None = None,
+    print_fn=print,
+) -> dict:
     wall = time.perf_counter()
     if (data_dir is None) == (expert_dir is None):
-        raise RedkitError("add-domain takes the new domain's data (--data) or an expert made elsewhere (--expert), one of them")
+        raise RedkitError(
+            "add-domain takes the new domain's data (--data) or an expert made elsewhere (--expert), one of them"
+        )
     parent = open_fit_run(parent_dir, "add-domain")
     parts = shared_parts() + [p for d in parent.space.domains for p in domain_parts(parent, d)]
     check_parts(parent, parts)  # before anything is written
@@ -38,13 +53,25 @@ def add_domain(parent_dir: Path, data_dir: Path | None = None, out: Path | None 
         new, data_dir = expert.data, Path(expert.config.added_data[-1])
     else:
         data_dir = Path(data_dir).resolve()
-        new = load_fit_data(data_dir, parent.fields, parent.config.seed, parent.config.val_fraction, domains=parent.space.domains,
-                            labels=parent.space.labels, numeric_labels=parent.config.numeric_labels)
+        new = load_fit_data(
+            data_dir,
+            parent.fields,
+            parent.config.seed,
+            parent.config.val_fraction,
+            domains=parent.space.domains,
+            labels=parent.space.labels,
+            numeric_labels=parent.config.numeric_labels,
+        )
     config = grown_config(parent.config, new, data_dir)
     out = Path(out) if out else parent.dir.with_name(f"{parent.dir.name}+{'+'.join(new.domains)}")
-    splits = {name: parent.splits.get(name, []) + new.splits.get(name, []) for name in ("train", "val", "test")
-              if name in parent.splits or name in new.splits}
-    notes = [f"domains {', '.join(new.domains)} added from {data_dir}"] + [f"{', '.join(new.domains)}: {n}" for n in new.notes]
+    splits = {
+        name: parent.splits.get(name, []) + new.splits.get(name, [])
+        for name in ("train", "val", "test")
+        if name in parent.splits or name in new.splits
+    }
+    notes = [f"domains {', '.join(new.domains)} added from {data_dir}"] + [
+        f"{', '.join(new.domains)}: {n}" for n in new.notes
+    ]
     run, _, digests = derive(parent, out, config, splits, notes, parts)
     red, moe = [], []
     if expert_dir is not None:
@@ -54,20 +81,33 @@ def add_domain(parent_dir: Path, data_dir: Path | None = None, out: Path | None 
     retrain_routing(run, print_fn, red, moe)
     new_labels = {d: list(config.label_rows[d]) for d in new.domains if d in config.label_rows}
     where = f"elsewhere, from a bundle (expert directory {expert_dir})" if expert_dir else "here"
-    statement = [f"Trained {where}, each alone on its own domain's data through the frozen classifier: the experts "
-                 f"(residual, logit) and head of {', '.join(new.domains)}"
-                 + (f", and label rows for {sum(map(len, new_labels.values()))} new labels" if new_labels else "") + ".",
-                 f"Retrained over all {run.space.num_domains} domains: the router and the gate.",
-                 f"Copied from {parent.dir}, unchanged: {len(parts)} modules (backbone top, classifier C, the other "
-                 "domains' experts, heads and label rows, the global head)."]
+    statement = [
+        f"Trained {where}, each alone on its own domain's data through the frozen classifier: the experts "
+        f"(residual, logit) and head of {', '.join(new.domains)}"
+        + (f", and label rows for {sum(map(len, new_labels.values()))} new labels" if new_labels else "")
+        + ".",
+        f"Retrained over all {run.space.num_domains} domains: the router and the gate.",
+        f"Copied from {parent.dir}, unchanged: {len(parts)} modules (backbone top, classifier C, the other "
+        "domains' experts, heads and label rows, the global head).",
+    ]
     if new_labels:
-        statement.append("The new labels are output only by their domain's label rows: the old domains' heads score them "
-                         "as impossible, and the global heads (global_10pct = C, global_full) cannot output them at all "
-                         "(trained before the labels existed).")
-    change = {"operation": "add", "summary": f"domain(s) {', '.join(new.domains)} added", "domains": list(new.domains),
-              "data": str(data_dir), "expert": str(expert_dir) if expert_dir else None, "new_labels": new_labels,
-              "statement": statement}
+        statement.append(
+            "The new labels are output only by their domain's label rows: the old domains' heads score them "
+            "as impossible, and the global heads (base_classifier = C, global_head) cannot output them at all "
+            "(trained before the labels existed)."
+        )
+    change = {
+        "operation": "add",
+        "summary": f"domain(s) {', '.join(new.domains)} added",
+        "domains": list(new.domains),
+        "data": str(data_dir),
+        "expert": str(expert_dir) if expert_dir else None,
+        "new_labels": new_labels,
+        "statement": statement,
+    }
     results = finish(run, parent, digests, change, wall, print_fn)
-    print_fn(f"added domain(s) {', '.join(new.domains)} to {parent.dir} as {run.dir}; the {len(digests)} copied modules "
-             f"are byte-identical to their source's (sha256 of their weights): {results['lifecycle']['frozen_modules_unchanged']}")
+    print_fn(
+        f"added domain(s) {', '.join(new.domains)} to {parent.dir} as {run.dir}; the {len(digests)} copied modules "
+        f"are byte-identical to their source's (sha256 of their weights): {results['lifecycle']['frozen_modules_unchanged']}"
+    )
     return results

@@ -19,18 +19,25 @@ import torch
 
 from redkit.atomic import write_text
 from redkit.errors import RedkitError
+from redkit.evaluate import evaluate_run
 from redkit.features import encode, features_path, store_features
 from redkit.fitting.data import FitData
 from redkit.fitting.records import Record
 from redkit.fitting.run import FitRun
-from redkit.open_run import open_run
-from redkit.pipeline import evaluate_run
+from redkit.modules.store import copy_modules, modules_unchanged
 from redkit.report import markdown_table
-from redkit.steps.plugin import copy_modules, modules_unchanged
+from redkit.run import open_run
 from redkit.train.parallel import Step, run_chains, stage_step
 from redkit.train.stages import EXPERT_KINDS
 
-COMPARED = ("red", "red_within", "red_oracle", "moe", "global_full", "global_10pct")  # in the before/after table, where present
+COMPARED = (
+    "red",
+    "red_per_domain",
+    "red_oracle",
+    "moe",
+    "global_head",
+    "base_classifier",
+)  # in the before/after table, where present
 TRAINING_SETS = ("train", "val")  # what the retrained modules read; the rest only evaluation reads
 
 
@@ -45,8 +52,11 @@ def open_fit_run(path: Path, command: str) -> FitRun:
 
 def domain_parts(run: FitRun, domain: str) -> list[tuple[str, ...]]:
     """The modules that belong to one domain: its experts, its head and, if it brought new labels, its label rows."""
-    return [*(("experts", kind, domain) for kind in EXPERT_KINDS), ("heads", domain),
-            *([("label_rows", domain)] if domain in run.config.label_rows else [])]
+    return [
+        *(("experts", kind, domain) for kind in EXPERT_KINDS),
+        ("heads", domain),
+        *([("label_rows", domain)] if domain in run.config.label_rows else []),
+    ]
 
 
 def shared_parts() -> list[tuple[str, ...]]:
@@ -61,14 +71,17 @@ def check_parts(run: FitRun, parts: list[tuple[str, ...]]) -> None:
             raise RedkitError(f"{run.module_dir(*p)}: missing; finish the parent run first (redkit fit)")
 
 
-def derive(parent: FitRun, out: Path, config, splits: dict[str, list[Record]], notes: list[str],
-           parts: list[tuple[str, ...]]) -> tuple[FitRun, dict, dict[str, str]]:
+def derive(
+    parent: FitRun, out: Path, config, splits: dict[str, list[Record]], notes: list[str], parts: list[tuple[str, ...]]
+) -> tuple[FitRun, dict, dict[str, str]]:
     """The new run at `out`: config, data, copied modules (their parent sha256 returned, by path)
     and the parent's features, reused for the texts they share."""
     # The references (joint, linear_probe) are not part of the modular predictor: retraining them is
     # what the life cycle avoids, so a derived run has none (the parent's stay the parent's).
     config = replace(config, references=())
-    data = FitData(splits, tuple(config.labels), config.numeric_labels, tuple(config.domains), notes, oos=dict(parent.oos_texts))
+    data = FitData(
+        splits, tuple(config.labels), config.numeric_labels, tuple(config.domains), notes, oos=dict(parent.oos_texts)
+    )
     run = FitRun(out, config)
     summary = run.prepare_data(data)
     digests = copy_modules(parent, run, parts)
@@ -117,17 +130,31 @@ def finish(run: FitRun, parent: FitRun, digests: dict[str, str], change: dict, w
     write the report (the fit report followed by the change's own section)."""
     unchanged = modules_unchanged(run, digests)
     start = time.perf_counter()
-    reuse_features(run, parent)  # the sets only evaluation reads (test, out-of-scope): encoding them is evaluation's cost
+    reuse_features(
+        run, parent
+    )  # the sets only evaluation reads (test, out-of-scope): encoding them is evaluation's cost
     run.add_time("evaluate", time.perf_counter() - start)
     results = evaluate_run(run)
     parent_results = parent.dir / "results.json"
     before = json.loads(parent_results.read_text()) if parent_results.is_file() else {}
-    change = change | {"parent": str(parent.dir), "router": run.config.router, "frozen_modules_unchanged": unchanged,
-                       "frozen_modules": {p: d for p, d in sorted(digests.items())},
-                       "before_after": before_after(before, results, parent.space.domains, run.space.domains)}
-    results = run.record(results | {"task": "fit", "seed": run.config.seed, "config": asdict(run.config),
-                                    "data": json.loads((run.dir / "data" / "splits.json").read_text()),
-                                    "lifecycle": change}, wall)
+    change = change | {
+        "parent": str(parent.dir),
+        "router": run.config.router,
+        "frozen_modules_unchanged": unchanged,
+        "frozen_modules": {p: d for p, d in sorted(digests.items())},
+        "before_after": before_after(before, results, parent.space.domains, run.space.domains),
+    }
+    results = run.record(
+        results
+        | {
+            "task": "fit",
+            "seed": run.config.seed,
+            "config": asdict(run.config),
+            "data": json.loads((run.dir / "data" / "splits.json").read_text()),
+            "lifecycle": change,
+        },
+        wall,
+    )
     report = run.write_report(results)
     section = render_change(change)
     write_text(run.dir / "report.md", report + "\n" + section)
@@ -159,13 +186,28 @@ def _f(x) -> str:
 
 
 def render_change(change: dict) -> str:
-    out = [f"## Life cycle: {change['summary']}", "", *change["statement"], "",
-           f"Copied modules byte-identical to the parent's (sha256 of their weights): **{change['frozen_modules_unchanged']}**", ""]
-    out += ["| module | sha256 |", "| --- | --- |"] + [f"| {p} | `{d[:16]}…` |" for p, d in change["frozen_modules"].items()] + [""]
+    out = [
+        f"## Life cycle: {change['summary']}",
+        "",
+        *change["statement"],
+        "",
+        f"Copied modules byte-identical to the parent's (sha256 of their weights): **{change['frozen_modules_unchanged']}**",
+        "",
+    ]
+    out += (
+        ["| module | sha256 |", "| --- | --- |"]
+        + [f"| {p} | `{d[:16]}…` |" for p, d in change["frozen_modules"].items()]
+        + [""]
+    )
     for split, comps in change["before_after"].items():
         domains = list(next(iter(comps.values())))
-        out += [f"### Accuracy by domain before → after ({split})", "",
-                markdown_table(["Composition", *domains],
-                               [[name, *(f"{_f(b)} → {_f(a)}" for b, a in rows.values())] for name, rows in comps.items()]), ""]
+        out += [
+            f"### Accuracy by domain before → after ({split})",
+            "",
+            markdown_table(
+                ["Composition", *domains],
+                [[name, *(f"{_f(b)} → {_f(a)}" for b, a in rows.values())] for name, rows in comps.items()],
+            ),
+            "",
+        ]
     return "\n".join(out)
-

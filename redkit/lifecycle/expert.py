@@ -31,8 +31,9 @@ from redkit.fitting.run import FitRun
 from redkit.jsonfile import read_json
 from redkit.lifecycle.derive import domain_parts
 from redkit.lifecycle.grow import grown_config, train_new_domains
-from redkit.open_run import open_run
-from redkit.steps.plugin import copy_modules
+from redkit.modules.store import copy_modules
+from redkit.names import check_name
+from redkit.run import open_run
 
 EXPERT = "expert.json"
 FORMAT = 1
@@ -55,30 +56,55 @@ def train_expert(bundle_dir: Path, data_dir: Path, out: Path, print_fn=print) ->
         raise RedkitError(f"{out}: already an expert directory; choose another --out or delete it")
     bundle = open_run(Path(bundle_dir))
     if bundle.bundle is None or not isinstance(bundle, FitRun):
-        raise RedkitError(f"{bundle_dir}: not a bundle of a fit run; make one with redkit export --run RUN --out BUNDLE")
+        raise RedkitError(
+            f"{bundle_dir}: not a bundle of a fit run; make one with redkit export --run RUN --out BUNDLE"
+        )
     data_dir = Path(data_dir).resolve()
-    new = load_fit_data(data_dir, bundle.fields, bundle.config.seed, bundle.config.val_fraction, domains=bundle.space.domains,
-                        labels=bundle.space.labels, numeric_labels=bundle.config.numeric_labels)
+    new = load_fit_data(
+        data_dir,
+        bundle.fields,
+        bundle.config.seed,
+        bundle.config.val_fraction,
+        domains=bundle.space.domains,
+        labels=bundle.space.labels,
+        numeric_labels=bundle.config.numeric_labels,
+    )
     config = grown_config(bundle.config, new, data_dir)
     run = FitRun(out, config)
     run.prepare_data(FitData(new.splits, config.labels, config.numeric_labels, config.domains, new.notes))
     copy_modules(bundle, run, host_parts(bundle))
-    host = {"fingerprint": run.fingerprint, "source_fingerprint": bundle.backbone.source_fingerprint,
-            "labels": list(bundle.space.labels), "domains": list(bundle.space.domains), "modules": host_digests(bundle),
-            "bundle": str(Path(bundle_dir).resolve())}
+    host = {
+        "fingerprint": run.fingerprint,
+        "source_fingerprint": bundle.backbone.source_fingerprint,
+        "labels": list(bundle.space.labels),
+        "domains": list(bundle.space.domains),
+        "modules": host_digests(bundle),
+        "bundle": str(Path(bundle_dir).resolve()),
+    }
     train_new_domains(run, new.domains, print_fn)
     own = [p for d in new.domains for p in domain_parts(run, d)]
-    files = {str(Path("modules", *p, name)): file_entry(run.module_dir(*p) / name) for p in own for name in ("config.json", "model.safetensors")}
+    files = {
+        str(Path("modules", *p, name)): file_entry(run.module_dir(*p) / name)
+        for p in own
+        for name in ("config.json", "model.safetensors")
+    }
     files |= {str(Path("data", f.name)): file_entry(f) for f in sorted((out / "data").glob("*.json*"))}
-    description = {"format": FORMAT, "domains": list(new.domains), "label_rows": {d: list(config.label_rows[d]) for d in new.domains
-                                                                                   if d in config.label_rows},
-                   "host": host, "files": files, "seconds": time.perf_counter() - wall}
+    description = {
+        "format": FORMAT,
+        "domains": list(new.domains),
+        "label_rows": {d: list(config.label_rows[d]) for d in new.domains if d in config.label_rows},
+        "host": host,
+        "files": files,
+        "seconds": time.perf_counter() - wall,
+    }
     for p in host_parts(bundle):  # only trained through: the run it is plugged into has them
         shutil.rmtree(run.module_dir(*p))
     shutil.rmtree(run.cache_dir, ignore_errors=True)
     write_json(out / EXPERT, description)  # last: a directory with expert.json is complete
-    print_fn(f"wrote expert {out}: domain(s) {', '.join(new.domains)}, {len(files)} files, trained through {bundle_dir} "
-             f"(backbone {host['fingerprint'][:12]}) in {description['seconds']:.1f} s")
+    print_fn(
+        f"wrote expert {out}: domain(s) {', '.join(new.domains)}, {len(files)} files, trained through {bundle_dir} "
+        f"(backbone {host['fingerprint'][:12]}) in {description['seconds']:.1f} s"
+    )
     return description
 
 
@@ -96,23 +122,46 @@ def read_expert(directory: Path, parent: FitRun) -> Expert:
     if not path.is_file():
         raise RedkitError(f"{directory}: not an expert directory (no {EXPERT}); make one with redkit train-expert")
     description = read_json(path, "an expert description")
-    if not isinstance(description, dict) or not isinstance(description.get("host"), dict) or not isinstance(description.get("files"), dict):
+    if (
+        not isinstance(description, dict)
+        or not isinstance(description.get("host"), dict)
+        or not isinstance(description.get("files"), dict)
+    ):
         raise RedkitError(f"{path}: not an expert description (expected an object with 'host' and 'files')")
     if description.get("format") != FORMAT:
-        raise RedkitError(f"{path}: field 'format' = {description.get('format')!r}; this redkit reads expert format {FORMAT}")
-    verify_files(directory, description["files"], path, "train the expert again")
+        raise RedkitError(
+            f"{path}: field 'format' = {description.get('format')!r}; this redkit reads expert format {FORMAT}"
+        )
+    domains, rows = description.get("domains"), description.get("label_rows", {})
+    if not isinstance(domains, list) or not domains or not isinstance(rows, dict):
+        raise RedkitError(f"{path}: field 'domains' must list the new domains and 'label_rows' map domains to labels")
+    for field, names in (("domains", domains), ("label_rows", rows)):  # module folders of the run it joins
+        for name in names:
+            check_name(name, "domain", f"{path}: field '{field}'")
+    verify_files(directory, description["files"], path, "train the expert again")  # paths inside `directory`
     host = description["host"]
     if host.get("fingerprint") != parent.fingerprint:
-        raise RedkitError(f"{directory}: trained on backbone {host.get('fingerprint')}, but {parent.dir} has backbone "
-                          f"{parent.fingerprint}; train it from a bundle of this run (redkit export)")
+        raise RedkitError(
+            f"{directory}: trained on backbone {host.get('fingerprint')}, but {parent.dir} has backbone "
+            f"{parent.fingerprint}; train it from a bundle of this run (redkit export)"
+        )
     if host.get("labels") != list(parent.space.labels) or host.get("domains") != list(parent.space.domains):
-        raise RedkitError(f"{directory}: trained for a run with domains {host.get('domains')} and other labels; "
-                          f"{parent.dir} has domains {list(parent.space.domains)}")
+        raise RedkitError(
+            f"{directory}: trained for a run with domains {host.get('domains')} and other labels; "
+            f"{parent.dir} has domains {list(parent.space.domains)}"
+        )
     if host.get("modules") != host_digests(parent):
-        raise RedkitError(f"{directory}: trained through another classifier C than {parent.dir}'s (sha256 differs); "
-                          "train it from a bundle of this run (redkit export)")
+        raise RedkitError(
+            f"{directory}: trained through another classifier C than {parent.dir}'s (sha256 differs); "
+            "train it from a bundle of this run (redkit export)"
+        )
     run = FitRun(directory)
     splits = dict(run.splits)
-    data = FitData(splits, tuple(run.config.labels), run.config.numeric_labels, tuple(description["domains"]),
-                   [f"expert trained elsewhere: {directory}"])
+    data = FitData(
+        splits,
+        tuple(run.config.labels),
+        run.config.numeric_labels,
+        tuple(description["domains"]),
+        [f"expert trained elsewhere: {directory}"],
+    )
     return Expert(run, data, run.config, description)

@@ -24,8 +24,10 @@ def new_label_owners(new: FitData, config) -> dict[str, tuple[str, ...]]:
         if r.answer not in predictable:
             first = seen.setdefault(r.answer, r.domain)
             if first != r.domain:
-                raise RedkitError(f"{r.where}: new label {r.answer!r} occurs in new domains {first!r} and {r.domain!r}; "
-                                  "a new label belongs to one domain's label rows: add one domain at a time")
+                raise RedkitError(
+                    f"{r.where}: new label {r.answer!r} occurs in new domains {first!r} and {r.domain!r}; "
+                    "a new label belongs to one domain's label rows: add one domain at a time"
+                )
     owners: dict[str, tuple[str, ...]] = {}
     for label in sorted(seen, key=new.labels.index):
         owners[seen[label]] = owners.get(seen[label], ()) + (label,)
@@ -37,16 +39,20 @@ def grown_config(config, new: FitData, data_dir: Path):
     or masked ones unmasked), each owned by its domain's label rows."""
     owners = new_label_owners(new, config)
     brought = {label for labels in owners.values() for label in labels}
-    return replace(config, domains=(*config.domains, *new.domains), labels=tuple(new.labels),
-                   label_domains=grown_label_domains(config, new, owners),
-                   label_rows=dict(config.label_rows) | owners,
-                   removed_labels=tuple(label for label in config.removed_labels if label not in brought),
-                   added_data=(*config.added_data, str(data_dir)),
-                   added_domains=(*config.added_domains, *(d for d in new.domains if d not in config.removed_domains)))
+    return replace(
+        config,
+        domains=(*config.domains, *new.domains),
+        labels=tuple(new.labels),
+        label_domains=grown_label_domains(config, new, owners),
+        label_rows=dict(config.label_rows) | owners,
+        removed_labels=tuple(label for label in config.removed_labels if label not in brought),
+        added_data=(*config.added_data, str(data_dir)),
+        added_domains=(*config.added_domains, *(d for d in new.domains if d not in config.removed_domains)),
+    )
 
 
 def grown_label_domains(config, new: FitData, owners: dict[str, tuple[str, ...]]) -> tuple[str, ...]:
-    """The one domain of each label (red_within's label structure), grown by the new labels; empty
+    """The one domain of each label (red_per_domain's label structure), grown by the new labels; empty
     where the run had none, or where a new domain uses a label another domain predicts."""
     if not config.label_domains:
         return ()
@@ -62,7 +68,11 @@ def new_domain_steps(run, names: tuple[str, ...]) -> tuple[list[Step], list[Step
     (joined) classifier, as two independent chains: RED's (residual expert with the label rows, if
     the domain brought new labels, then the logit expert) and the baselines' (the full head)."""
     indices = [run.space.domains.index(d) for d in names]
-    red = [(lambda i=i: stage_line("label rows", train_label_rows(run, i))) for i in indices if run.space.domains[i] in run.config.label_rows]
+    red = [
+        (lambda i=i: stage_line("label rows", train_label_rows(run, i)))
+        for i in indices
+        if run.space.domains[i] in run.config.label_rows
+    ]
     return [*red, stage_step(run, "experts", domains=indices)], [stage_step(run, "heads", domains=indices)]
 
 

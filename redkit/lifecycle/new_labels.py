@@ -15,7 +15,7 @@ Training through the frozen C is what puts old and new logits on one scale: R_a'
 C's on the new domain's queries, and nothing else. Nothing of the other domains is seen, so
 nothing keeps R_a's logits low on *their* queries; two safeguards follow from the run's structure
 rather than from their data: the router (retrained over every domain) sends an old domain's query to
-its own expert, and the label-structure composition `red_within` only lets a domain's labels compete
+its own expert, and the label-structure composition `red_per_domain` only lets a domain's labels compete
 within that domain, weighting each domain by α. Old domains' full heads (baselines) score the new
 labels as impossible (-inf), and the global heads cannot output them at all: both were trained
 before the labels existed. The fairness of the result is measured, not assumed: per-domain accuracy
@@ -45,14 +45,19 @@ def train_label_rows(run, domain: int) -> dict:
 
     def work() -> dict:
         layout = label_layout(run)
-        classifier = load_module(run.module_dir("classifier"), run.fingerprint, run.feature_dim)[0].requires_grad_(False)
+        classifier = load_module(run.module_dir("classifier"), run.fingerprint, run.feature_dim)[0].requires_grad_(
+            False
+        )
         dim = run.feature_dim
         torch.manual_seed(run.config.seed * 1000 + domain)  # stage experts' seed for this domain
         expert = MODULES["residual"](MODULES["residual"].Config(dim=dim, rank=run.config.expert_rank or dim // 4))
         labels = tuple(run.config.label_rows[name])
         rows = LabelRows(LabelRows.Config(dim=dim, num_classes=len(labels), labels=labels))
-        others = {d: load_module(run.module_dir("label_rows", d), run.fingerprint, dim)[0].requires_grad_(False)
-                  for d in layout.rows if d != name}  # earlier added domains' rows: frozen, like C
+        others = {
+            d: load_module(run.module_dir("label_rows", d), run.fingerprint, dim)[0].requires_grad_(False)
+            for d in layout.rows
+            if d != name
+        }  # earlier added domains' rows: frozen, like C
         joined = JoinedClassifier(classifier, others | {name: rows}, layout)
         # Δh_a and R_a learn (C and earlier rows frozen); the loss is stage experts' own: the expert
         # alone through the classifier, here the joined one, C(h + Δh_a) ; R_a(h + Δh_a)  (B, C)
@@ -63,13 +68,26 @@ def train_label_rows(run, domain: int) -> dict:
         tr, va = _domain_rows(d, domain), _domain_rows(vd, domain)
         train, val = (h[tr].to(run.device), y[tr].to(run.device)), (vh[va].to(run.device), vy[va].to(run.device))
         with one_thread():  # small modules: thread hand-offs cost more than their arithmetic (as stage experts)
-            result = fit(model, lambda idx: F.cross_entropy(logits(train[0][idx]), train[1][idx]), len(train[0]),
-                         lambda: F.cross_entropy(logits(val[0]), val[1]).item(), run.config.train_config("experts"),
-                         seed=run.config.seed + domain, checkpoint_dir=rows_dir, desc=f"label rows {name}", log=run.log)
+            result = fit(
+                model,
+                lambda idx: F.cross_entropy(logits(train[0][idx]), train[1][idx]),
+                len(train[0]),
+                lambda: F.cross_entropy(logits(val[0]), val[1]).item(),
+                run.config.train_config("experts"),
+                seed=run.config.seed + domain,
+                checkpoint_dir=rows_dir,
+                desc=f"label rows {name}",
+                log=run.log,
+            )
         model.cpu()
         save_module(expert_dir, expert, _meta(run, expert, "residual", domain, result))
         save_module(rows_dir, rows, _meta(run, rows, "label_rows", domain, result))
         Checkpoint(rows_dir).remove()
-        return {"label_rows": str(rows_dir), "labels": len(labels), "epochs": result.epochs, "best_val_loss": result.best_val_loss}
+        return {
+            "label_rows": str(rows_dir),
+            "labels": len(labels),
+            "epochs": result.epochs,
+            "best_val_loss": result.best_val_loss,
+        }
 
     return timed(run, "experts", work)

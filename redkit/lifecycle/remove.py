@@ -19,7 +19,15 @@ from dataclasses import replace
 from pathlib import Path
 
 from redkit.errors import RedkitError
-from redkit.lifecycle.derive import check_parts, derive, domain_parts, finish, open_fit_run, retrain_routing, shared_parts
+from redkit.lifecycle.derive import (
+    check_parts,
+    derive,
+    domain_parts,
+    finish,
+    open_fit_run,
+    retrain_routing,
+    shared_parts,
+)
 
 
 def remove_domain(parent_dir: Path, domain: str, out: Path | None = None, print_fn=print) -> dict:
@@ -36,30 +44,56 @@ def remove_domain(parent_dir: Path, domain: str, out: Path | None = None, print_
     train = parent.splits["train"]
     still = {r.answer for r in train if r.domain in kept}
     gone = sorted({r.answer for r in train if r.domain == domain} - still, key=parent.space.label_index.get)
-    config = replace(parent.config, domains=kept, label_rows={d: rows for d, rows in parent.config.label_rows.items() if d != domain},
-                     removed_labels=(*parent.config.removed_labels, *gone), removed_domains=(*parent.config.removed_domains, domain))
+    config = replace(
+        parent.config,
+        domains=kept,
+        label_rows={d: rows for d, rows in parent.config.label_rows.items() if d != domain},
+        removed_labels=(*parent.config.removed_labels, *gone),
+        removed_domains=(*parent.config.removed_domains, domain),
+    )
     out = Path(out) if out else parent.dir.with_name(f"{parent.dir.name}-{domain}")
     splits = {name: [r for r in records if r.domain != domain] for name, records in parent.splits.items()}
-    notes = [f"domain {domain} removed from {parent.dir}: {sum(r.domain == domain for r in records)} {name} examples dropped"
-             for name, records in parent.splits.items()]
+    notes = [
+        f"domain {domain} removed from {parent.dir}: {sum(r.domain == domain for r in records)} {name} examples dropped"
+        for name, records in parent.splits.items()
+    ]
     run, _, digests = derive(parent, out, config, splits, notes, parts)
     retrain_routing(run, print_fn)
     seen_at_fit = domain not in parent.config.added_domains
-    carriers = ["backbone_top (stage base)", "classifier C (stage base)", "heads/global_full (the global head, all of train)"]
-    statement = [f"Removed: the experts (residual, logit), head{', label rows' if domain in parent.config.label_rows else ''} "
-                 f"and data of {domain}; its {len(gone)} own labels are masked (no composition predicts them"
-                 + (f": {', '.join(gone[:8])}{', ...' if len(gone) > 8 else ''}" if gone else "") + ").",
-                 f"Retrained over the {len(kept)} remaining domains, on their data only: the router and the gate.",
-                 "Trained alone on another domain's data, so untouched by it: every remaining expert, head and label rows."]
+    carriers = [
+        "backbone_top (stage base)",
+        "classifier C (stage base)",
+        "heads/global_full (the global head, all of train)",
+    ]
+    statement = [
+        f"Removed: the experts (residual, logit), head{', label rows' if domain in parent.config.label_rows else ''} "
+        f"and data of {domain}; its {len(gone)} own labels are masked (no composition predicts them"
+        + (f": {', '.join(gone[:8])}{', ...' if len(gone) > 8 else ''}" if gone else "")
+        + ").",
+        f"Retrained over the {len(kept)} remaining domains, on their data only: the router and the gate.",
+        "Trained alone on another domain's data, so untouched by it: every remaining expert, head and label rows.",
+    ]
     if seen_at_fit:
-        statement.append(f"Still trained on {domain}'s data, and copied unchanged (removal cannot take that back; only a "
-                         f"new fit without it can): {', '.join(carriers)}.")
+        statement.append(
+            f"Still trained on {domain}'s data, and copied unchanged (removal cannot take that back; only a "
+            f"new fit without it can): {', '.join(carriers)}."
+        )
     else:
-        statement.append(f"{domain} was added after the run was fitted (add-domain): stage base and the global head never saw its data, "
-                         "so no remaining module was trained on it.")
-    change = {"operation": "remove", "summary": f"domain {domain} removed", "domains": [domain], "masked_labels": gone,
-              "still_trained_on_removed_data": carriers if seen_at_fit else [], "statement": statement}
+        statement.append(
+            f"{domain} was added after the run was fitted (add-domain): stage base and the global head never saw its data, "
+            "so no remaining module was trained on it."
+        )
+    change = {
+        "operation": "remove",
+        "summary": f"domain {domain} removed",
+        "domains": [domain],
+        "masked_labels": gone,
+        "still_trained_on_removed_data": carriers if seen_at_fit else [],
+        "statement": statement,
+    }
     results = finish(run, parent, digests, change, wall, print_fn)
-    print_fn(f"removed domain {domain} from {parent.dir} as {run.dir}; the {len(digests)} copied modules are byte-identical "
-             f"to the parent's (sha256 of their weights): {results['lifecycle']['frozen_modules_unchanged']}")
+    print_fn(
+        f"removed domain {domain} from {parent.dir} as {run.dir}; the {len(digests)} copied modules are byte-identical "
+        f"to the parent's (sha256 of their weights): {results['lifecycle']['frozen_modules_unchanged']}"
+    )
     return results

@@ -17,8 +17,8 @@ A run without label rows or masked labels gets its modules back unchanged (`Labe
 so Task 1, digits and steps runs compute exactly what they always did.
 """
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import Callable
 
 import torch
 from torch import nn
@@ -63,7 +63,7 @@ class JoinedClassifier(nn.Module):
     def forward(self, h: torch.Tensor) -> torch.Tensor:  # (..., d) -> (..., C): (B, d), or (B, K, d) per expert
         base = self.classifier(h)  # (..., C_0)
         out = base.new_full((*base.shape[:-1], self.layout.num_classes), NEG_INF)
-        out[..., :base.shape[-1]] = base
+        out[..., : base.shape[-1]] = base
         for domain, module in self.rows.items():
             out[..., self.layout.rows[domain]] = module(h)
         out[..., self.layout.masked] = NEG_INF
@@ -80,7 +80,7 @@ class Widened(nn.Module):
     def forward(self, h: torch.Tensor) -> torch.Tensor:  # (..., d) -> (..., C)
         own = self.module(h)  # (..., C_i)
         out = own.new_full((*own.shape[:-1], self.layout.num_classes), self.fill)
-        out[..., :own.shape[-1]] = own
+        out[..., : own.shape[-1]] = own
         out[..., self.layout.masked] = NEG_INF
         return out
 
@@ -97,8 +97,10 @@ def joined_classifier(run, load: Callable[..., nn.Module]) -> nn.Module:
     rows = {domain: load("label_rows", domain) for domain in layout.rows}
     for domain, module in rows.items():
         if list(module.config.labels) != [run.space.labels[c] for c in layout.rows[domain]]:
-            raise RedkitError(f"{run.module_dir('label_rows', domain)}: its labels {list(module.config.labels)} are not the "
-                              f"ones the run gives domain {domain!r}")
+            raise RedkitError(
+                f"{run.module_dir('label_rows', domain)}: its labels {list(module.config.labels)} are not the "
+                f"ones the run gives domain {domain!r}"
+            )
     return JoinedClassifier(classifier, rows, layout).to(run.device)
 
 

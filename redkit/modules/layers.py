@@ -1,16 +1,15 @@
 """The modules of RED and its baselines, all acting on pooled features h of shape (B, d).
 
-Axes: B batch, d hidden size, r expert rank, C classes (99 answers), K experts (5 ranges).
+Axes: B batch, d hidden size, C classes, K experts (one per domain).
 
     classifier     C(h) -> (B, C)                       shared, trained with the backbone in stage base
     label_rows     R(h) -> (B, C_new)                   a domain added later: its new labels' rows (modules/labels.py)
-    residual       Δh = B σ(A h) -> (B, d)               RED's expert: a low-rank hidden-space correction
-    logit          Δz = W h -> (B, C)                    the original code's expert: a correction of logits
+    (residual, logit: RED's experts, in redkit/red/layer.py, where how each mixes is decided too)
     head           E(h) -> (B, C)                        a full classifier: the baselines' expert
     router / gate  R(h) -> (B, K) logits                 2-layer MLP; router: domain-supervised, gate: task loss
 
-Every expert can say what the model predicts with it alone (`alone_logits`): that is the loss it
-is trained on, on its own domain, with everything else frozen.
+A head (and a domain's label rows) can say what the model predicts with it alone (`alone_logits`):
+that is the loss it is trained on, on its own domain, with everything else frozen.
 """
 
 from dataclasses import dataclass
@@ -21,9 +20,9 @@ from torch import nn
 from redkit.modules.routing import RouterBase, RouterOutput
 from redkit.registry import Registry
 
-ROUTER_PLUGINS = ("redkit.routing.routers",)  # the router zoo registers its routers (and their module kinds) there
-MODULES: Registry[type[nn.Module]] = Registry("module kind", plugins=ROUTER_PLUGINS)
-ROUTERS: Registry[type[RouterBase]] = Registry("router", plugins=ROUTER_PLUGINS)  # `--router NAME`
+# Filled by the packages that own the entries: the expert kinds by redkit.red, the router zoo by redkit.routers.
+MODULES: Registry[type[nn.Module]] = Registry("module kind")
+ROUTERS: Registry[type[RouterBase]] = Registry("router")  # `--router NAME`
 
 
 @dataclass
@@ -61,48 +60,6 @@ class LabelRows(Classifier):
     Config = LabelRowsConfig
 
 
-@dataclass
-class ResidualExpertConfig:
-    dim: int
-    rank: int  # r; DESIGN default d/4
-
-
-@MODULES.register("residual")
-class ResidualExpert(nn.Module):
-    """Δh = B σ(A h). B starts at zero, so an untrained expert is exactly the identity (peft's LoRA
-    convention): plugging it in changes nothing until it has learned something."""
-
-    Config = ResidualExpertConfig
-
-    def __init__(self, config: ResidualExpertConfig):
-        super().__init__()
-        self.config = config
-        self.down = nn.Linear(config.dim, config.rank)  # A: (d -> r)
-        self.up = nn.Linear(config.rank, config.dim)  # B: (r -> d)
-        nn.init.zeros_(self.up.weight)
-        nn.init.zeros_(self.up.bias)
-
-    def forward(self, h: torch.Tensor) -> torch.Tensor:  # (B, d) -> Δh (B, d)
-        return self.up(torch.nn.functional.gelu(self.down(h)))
-
-    def alone_logits(self, h: torch.Tensor, classifier: Classifier) -> torch.Tensor:
-        return classifier(h + self(h))
-
-
-@MODULES.register("logit")
-class LogitExpert(Classifier):
-    """The original code's expert: logits = C(h) + W h, a correction in logit space (B, C).
-    Zero-initialised, like the residual one, so that an untrained expert changes nothing."""
-
-    def __init__(self, config: ClassifierConfig):
-        super().__init__(config)
-        nn.init.zeros_(self.linear.weight)
-        nn.init.zeros_(self.linear.bias)
-
-    def alone_logits(self, h: torch.Tensor, classifier: Classifier) -> torch.Tensor:
-        return classifier(h) + self(h)
-
-
 @MODULES.register("head")
 class HeadExpert(Classifier):
     """A full classifier of its own, E_i(h): the oracle / uniform / MoE baselines' expert, and the
@@ -132,7 +89,9 @@ class Router(RouterBase):
     def __init__(self, config: RouterConfig):
         super().__init__()
         self.config = config
-        self.net = nn.Sequential(nn.Linear(config.dim, config.hidden), nn.GELU(), nn.Linear(config.hidden, config.num_experts))
+        self.net = nn.Sequential(
+            nn.Linear(config.dim, config.hidden), nn.GELU(), nn.Linear(config.hidden, config.num_experts)
+        )
 
     def forward(self, h: torch.Tensor) -> torch.Tensor:  # (B, d) -> (B, K) logits
         return self.net(h)

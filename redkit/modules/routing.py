@@ -1,6 +1,6 @@
 """What every router is: the one interface the spine routes through, for the dense router and the
 router zoo alike. A leaf (torch only), so that the dense router (redkit.modules.layers) and the zoo
-(redkit.routing.routers) both build on it without an import circle.
+(redkit.routers) both build on it without an import circle.
 
 A router only routes: like transformers' Mixtral block, routing (weights, selected experts,
 auxiliary loss) is computed apart from the experts, and the mixture code combines whatever

@@ -6,6 +6,8 @@ the backbone fingerprint and the dimensions and refuses a mismatch with one clea
 trained on another backbone's features would silently compute nonsense.
 """
 
+import hashlib
+import shutil
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -29,7 +31,7 @@ class ModuleMeta:
     backbone_fingerprint: str  # features it was trained on
     data_hash: str = ""
     seed: int = 0
-    domain: int | None = None  # the range label an expert was trained on
+    domain: int | None = None  # the domain an expert was trained on (its index)
     redkit_version: str = ""
     metrics: dict = field(default_factory=dict)
 
@@ -82,8 +84,9 @@ def read_weights(file: Path) -> dict[str, torch.Tensor]:
     try:
         state = load_file(str(file))
     except (SafetensorError, OSError) as err:
-        raise RedkitError(f"{file}: not a readable safetensors file, truncated or corrupted ({err}); "
-                          "re-export or retrain this module") from None
+        raise RedkitError(
+            f"{file}: not a readable safetensors file, truncated or corrupted ({err}); re-export or retrain this module"
+        ) from None
     for name, tensor in state.items():
         # The sum is finite when every entry is (10x cheaper than isfinite over the tensor); only a
         # non-finite sum, which large finite weights can also give, needs the entry-wise check.
@@ -95,8 +98,10 @@ def read_weights(file: Path) -> dict[str, torch.Tensor]:
 def check_fingerprint(path: str | Path, meta: ModuleMeta, fingerprint: str | None) -> None:
     """Refuse a module trained on another backbone's features (None: no check)."""
     if fingerprint is not None and meta.backbone_fingerprint != fingerprint:
-        raise RedkitError(f"{path}: this {meta.kind} module was trained on backbone {meta.backbone_fingerprint}, "
-                          f"but the run's backbone is {fingerprint}; retrain it for this backbone")
+        raise RedkitError(
+            f"{path}: this {meta.kind} module was trained on backbone {meta.backbone_fingerprint}, "
+            f"but the run's backbone is {fingerprint}; retrain it for this backbone"
+        )
 
 
 def load_state(path: str | Path, fingerprint: str | None = None) -> tuple[dict[str, torch.Tensor], ModuleMeta]:
@@ -106,18 +111,54 @@ def load_state(path: str | Path, fingerprint: str | None = None) -> tuple[dict[s
     return read_weights(path / WEIGHTS), meta
 
 
-def load_module(path: str | Path, fingerprint: str | None = None, dim: int | None = None) -> tuple[nn.Module, ModuleMeta]:
+def load_module(
+    path: str | Path, fingerprint: str | None = None, dim: int | None = None
+) -> tuple[nn.Module, ModuleMeta]:
     """Rebuild a module from its directory, refusing another backbone's or another width's."""
     state, meta = load_state(path, fingerprint)
     if dim is not None and meta.config.get("dim") != dim:
-        raise RedkitError(f"{path}: module expects features of width {meta.config.get('dim')}, the backbone gives {dim}")
+        raise RedkitError(
+            f"{path}: module expects features of width {meta.config.get('dim')}, the backbone gives {dim}"
+        )
     cls = MODULES[meta.kind]
     try:
         module = cls(cls.Config(**meta.config))
     except (TypeError, ValueError) as err:
-        raise RedkitError(f"{path / CONFIG}: field 'config' does not describe a {meta.kind} ({str(err).splitlines()[0]})") from None
+        raise RedkitError(
+            f"{path / CONFIG}: field 'config' does not describe a {meta.kind} ({str(err).splitlines()[0]})"
+        ) from None
     try:
         module.load_state_dict(state)
     except RuntimeError as err:
-        raise RedkitError(f"{path / WEIGHTS}: weights do not fit a {meta.kind} of {meta.config} ({str(err).splitlines()[0]})") from None
+        raise RedkitError(
+            f"{path / WEIGHTS}: weights do not fit a {meta.kind} of {meta.config} ({str(err).splitlines()[0]})"
+        ) from None
     return module.eval(), meta
+
+
+def module_digest(directory: Path) -> str:
+    """sha256 of a module's weights: equal digests, equal modules."""
+    return hashlib.sha256((Path(directory) / WEIGHTS).read_bytes()).hexdigest()
+
+
+def copy_modules(parent, run, parts: list[tuple[str, ...]]) -> dict[str, str]:
+    """Copy the modules `parts` (paths under modules/) of run `parent` into `run` (unless already
+    there: a resumed derivation) and return the sha256 of each parent module's weights, by path.
+    Each copy is written beside its place and renamed into it, so a kill mid-copy leaves no
+    half-copied module that a resumed run would trust."""
+    for p in parts:
+        if not module_exists(parent.module_dir(*p)):
+            raise RedkitError(f"{parent.module_dir(*p)}: missing; finish the parent run first")
+        target = Path(run.module_dir(*p))
+        if not module_exists(target):
+            staging = target.with_name(f".{target.name}.copying")
+            shutil.rmtree(staging, ignore_errors=True)
+            shutil.copytree(parent.module_dir(*p), staging)
+            shutil.rmtree(target, ignore_errors=True)  # an incomplete one (no config.json)
+            staging.rename(target)
+    return {"/".join(p): module_digest(parent.module_dir(*p)) for p in parts}
+
+
+def modules_unchanged(run, digests: dict[str, str]) -> bool:
+    """Whether every module of `digests` (from copy_modules) still has the same weights in `run`."""
+    return all(module_digest(run.module_dir(*p.split("/"))) == d for p, d in digests.items())

@@ -19,6 +19,8 @@ def read_oos_file(path: Path, fields: Fields, labels: tuple[str, ...]) -> list[s
     known = set(labels)
     for r in records:
         if r.answer is not None and r.answer in known:
-            raise RedkitError(f"{r.where}: field '{fields.label}' = {r.answer!r} is one of the run's in-scope labels; "
-                              "an out-of-scope file holds queries that belong to none of them")
+            raise RedkitError(
+                f"{r.where}: field '{fields.label}' = {r.answer!r} is one of the run's in-scope labels; "
+                "an out-of-scope file holds queries that belong to none of them"
+            )
     return [r.question for r in records]

@@ -14,8 +14,7 @@ import torch
 
 from redkit.atomic import write_json
 from redkit.compositions import NEEDS_DOMAIN, compose
-from redkit.oos.scores import (nearest_in_domain, nearest_similarity, score_table, standardised_sum,
-                               standardising_stats)
+from redkit.oos.scores import nearest_in_domain, nearest_similarity, score_table, standardised_sum, standardising_stats
 from redkit.oos.threshold import choose_threshold, oos_metrics, pooled_accuracy, tradeoff_curve
 
 OOS_FILE = "oos.json"
@@ -38,8 +37,9 @@ def views_of(run) -> Views:
     return Views(h.to(run.device), domains.to(run.device), frozen_features(run, "train", texts).to(run.device))
 
 
-def composition_scores(composed, h: torch.Tensor, pretrained: torch.Tensor, views: Views,
-                       stats: dict | None = None) -> dict[str, torch.Tensor]:
+def composition_scores(
+    composed, h: torch.Tensor, pretrained: torch.Tensor, views: Views, stats: dict | None = None
+) -> dict[str, torch.Tensor]:
     """{score: (N,)} of one composition's output on queries with tuned features h (N, d) and pretrained
     ones (N, d'): score_table's, the three nearest-neighbour scores, and `views` where `stats` (the
     standardising statistics chosen on val) are given. knn_domain needs the router's weights."""
@@ -92,8 +92,10 @@ def _with_views(scored: dict, stats: dict) -> dict:
 
 
 def _numpy(scored: dict) -> dict:
-    return {name: ({k: v.cpu().numpy() for k, v in si.items()}, correct, {k: v.cpu().numpy() for k, v in so.items()})
-            for name, (si, correct, so) in scored.items()}
+    return {
+        name: ({k: v.cpu().numpy() for k, v in si.items()}, correct, {k: v.cpu().numpy() for k, v in so.items()})
+        for name, (si, correct, so) in scored.items()
+    }
 
 
 def evaluate_oos(run, modules, names: list[str]) -> dict:
@@ -104,7 +106,9 @@ def evaluate_oos(run, modules, names: list[str]) -> dict:
     names = [n for n in names if n not in NEEDS_DOMAIN]
     views = views_of(run)
     val = _scored(run, modules, names, "val", run.splits["val"], "oos_val", views)
-    stats = {name: standardising_stats(scores_in) for name, (scores_in, _, _) in val.items() if "knn_domain" in scores_in}
+    stats = {
+        name: standardising_stats(scores_in) for name, (scores_in, _, _) in val.items() if "knn_domain" in scores_in
+    }
     val = _numpy(_with_views(val, stats))
     chosen = {}
     for name, (scores_in, correct, scores_out) in val.items():
@@ -115,19 +119,29 @@ def evaluate_oos(run, modules, names: list[str]) -> dict:
             if best is None or objective > best[0]:
                 best = (objective, score, tau)
         _, score, tau = best
-        chosen[name] = {"score": score, "threshold": tau, **({"stats": stats[name]} if score == "views" else {}),
-                        "val": oos_metrics(tau, scores_in[score], correct, scores_out[score])}
+        chosen[name] = {
+            "score": score,
+            "threshold": tau,
+            **({"stats": stats[name]} if score == "views" else {}),
+            "val": oos_metrics(tau, scores_in[score], correct, scores_out[score]),
+        }
     results = {"chosen": chosen, "test": {}, "curves": {}}
     if "test" in run.splits and "oos_test" in run.oos_texts:
         test = _numpy(_with_views(_scored(run, modules, names, "test", run.splits["test"], "oos_test", views), stats))
         for name, (scores_in, correct, scores_out) in test.items():
             tau = chosen[name]["threshold"]
-            results["test"][name] = oos_metrics(tau, scores_in[chosen[name]["score"]], correct, scores_out[chosen[name]["score"]])
+            results["test"][name] = oos_metrics(
+                tau, scores_in[chosen[name]["score"]], correct, scores_out[chosen[name]["score"]]
+            )
             results["test"][name]["score"] = chosen[name]["score"]
-            results["curves"][name] = tradeoff_curve(scores_in[chosen[name]["score"]], correct, scores_out[chosen[name]["score"]])
+            results["curves"][name] = tradeoff_curve(
+                scores_in[chosen[name]["score"]], correct, scores_out[chosen[name]["score"]]
+            )
     if run.bundle is None:
-        write_json(Path(run.dir) / OOS_FILE, {name: {k: c[k] for k in ("score", "threshold", "stats") if k in c}
-                                              for name, c in chosen.items()})
+        write_json(
+            Path(run.dir) / OOS_FILE,
+            {name: {k: c[k] for k in ("score", "threshold", "stats") if k in c} for name, c in chosen.items()},
+        )
     return results
 
 
@@ -143,7 +157,7 @@ def figure_tradeoff(directory: Path, results: dict, names: list[str]) -> str:
         if name not in results["curves"]:
             continue
         curve, point = results["curves"][name], results["test"][name]
-        line, = ax.plot(curve["oos_recall"], curve["in_scope_accuracy"], label=name, linewidth=1.2)
+        (line,) = ax.plot(curve["oos_recall"], curve["in_scope_accuracy"], label=name, linewidth=1.2)
         ax.plot([point["oos_recall"]], [point["in_scope_accuracy"]], "o", color=line.get_color(), markersize=4)
     ax.set_xlabel("OOS recall (test)")
     ax.set_ylabel("in-scope accuracy (test)")

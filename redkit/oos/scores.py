@@ -28,8 +28,9 @@ def nearest_similarity(h: torch.Tensor, bank: torch.Tensor, chunk: int = 2048) -
     return torch.cat([(F.normalize(part.float(), dim=-1) @ bank.T).max(dim=-1).values for part in h.split(chunk)])
 
 
-def nearest_in_domain(h: torch.Tensor, domains: torch.Tensor, bank: torch.Tensor, bank_domains: torch.Tensor,
-                      chunk: int = 2048) -> torch.Tensor:
+def nearest_in_domain(
+    h: torch.Tensor, domains: torch.Tensor, bank: torch.Tensor, bank_domains: torch.Tensor, chunk: int = 2048
+) -> torch.Tensor:
     """(N,) cosine similarity of each row of h (N, d) to its nearest row of bank (M, d) among those of
     its own domain: `domains` (N,) and `bank_domains` (M,) index the same domains."""
     bank = F.normalize(bank.float(), dim=-1)
@@ -40,8 +41,9 @@ def nearest_in_domain(h: torch.Tensor, domains: torch.Tensor, bank: torch.Tensor
     return torch.cat(out) if out else h.new_zeros(0)
 
 
-def score_table(probs: torch.Tensor, weights: torch.Tensor | None, h: torch.Tensor | None = None,
-                bank: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
+def score_table(
+    probs: torch.Tensor, weights: torch.Tensor | None, h: torch.Tensor | None = None, bank: torch.Tensor | None = None
+) -> dict[str, torch.Tensor]:
     """{score name: (N,)} of one composition's probs (N, C), expert weights (N, K) or None, and,
     where given, its features h (N, d) against the training features `bank` (M, d)."""
     msp = probs.max(dim=-1).values
@@ -59,6 +61,10 @@ def standardised_sum(scores: dict[str, torch.Tensor], stats: dict[str, tuple[flo
     return sum((scores[name] - mean) / spread for name, (mean, spread) in stats.items())
 
 
-def standardising_stats(scores: dict[str, torch.Tensor], names: tuple[str, ...] = VIEWS) -> dict[str, tuple[float, float]]:
+def standardising_stats(
+    scores: dict[str, torch.Tensor], names: tuple[str, ...] = VIEWS
+) -> dict[str, tuple[float, float]]:
     """{name: (mean, standard deviation)} of in-scope scores: what `standardised_sum` divides by."""
-    return {name: (float(scores[name].float().mean()), float(scores[name].float().std().clamp(min=1e-6))) for name in names}
+    return {
+        name: (float(scores[name].float().mean()), float(scores[name].float().std().clamp(min=1e-6))) for name in names
+    }

@@ -14,7 +14,9 @@ import numpy as np
 from sklearn.metrics import roc_auc_score
 
 
-def rates(threshold: float, in_scores: np.ndarray, in_correct: np.ndarray, oos_scores: np.ndarray) -> tuple[float, float]:
+def rates(
+    threshold: float, in_scores: np.ndarray, in_correct: np.ndarray, oos_scores: np.ndarray
+) -> tuple[float, float]:
     """(in-scope accuracy, OOS recall) at `threshold`."""
     accepted = in_scores >= threshold
     return float((accepted & in_correct).mean()), float((oos_scores < threshold).mean())
@@ -36,8 +38,12 @@ def choose_threshold(in_scores: np.ndarray, in_correct: np.ndarray, oos_scores: 
 def oos_metrics(threshold: float, in_scores: np.ndarray, in_correct: np.ndarray, oos_scores: np.ndarray) -> dict:
     accuracy, recall = rates(threshold, in_scores, in_correct, oos_scores)
     truth = np.concatenate([np.ones(len(in_scores)), np.zeros(len(oos_scores))])
-    return {"threshold": threshold, "in_scope_accuracy": accuracy, "oos_recall": recall,
-            "auroc": float(roc_auc_score(truth, np.concatenate([in_scores, oos_scores])))}
+    return {
+        "threshold": threshold,
+        "in_scope_accuracy": accuracy,
+        "oos_recall": recall,
+        "auroc": float(roc_auc_score(truth, np.concatenate([in_scores, oos_scores]))),
+    }
 
 
 def tradeoff_curve(in_scores: np.ndarray, in_correct: np.ndarray, oos_scores: np.ndarray, points: int = 101) -> dict:

@@ -31,8 +31,9 @@ class REDConfig:
         if not self.domains or len(set(self.domains)) != len(self.domains):
             raise RedkitError(f"REDConfig: field 'domains' must name each expert once, got {list(self.domains)}")
         if self.expert_kind not in EXPERT_KINDS:
-            raise RedkitError(f"REDConfig: field 'expert_kind' is {self.expert_kind!r}; "
-                              f"expected one of {', '.join(EXPERT_KINDS)}")
+            raise RedkitError(
+                f"REDConfig: field 'expert_kind' is {self.expert_kind!r}; expected one of {', '.join(EXPERT_KINDS)}"
+            )
         if self.pooling not in POOLINGS:
             raise RedkitError(f"REDConfig: field 'pooling' is {self.pooling!r}; expected one of {', '.join(POOLINGS)}")
         if self.labels and len(self.labels) != self.num_classes:

@@ -9,7 +9,6 @@ which loss `labels` (or `domains`, for the router) give: C, one expert alone, th
 """
 
 from dataclasses import dataclass
-from pathlib import Path
 
 import torch
 from torch import nn
@@ -46,8 +45,13 @@ class REDForSequenceClassification(nn.Module):
         states = self.encoder(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
         return pool(states, attention_mask, self.red.config.pooling)
 
-    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
-                labels: torch.Tensor | None = None, domains: torch.Tensor | None = None) -> REDSequenceOutput:
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        labels: torch.Tensor | None = None,
+        domains: torch.Tensor | None = None,
+    ) -> REDSequenceOutput:
         h = self.features(input_ids, attention_mask)
         out = self.red(h)
         part = self.red.training_part
@@ -58,26 +62,11 @@ class REDForSequenceClassification(nn.Module):
     def tokenize(self, texts: list[str]) -> dict[str, torch.Tensor]:
         if self.tokenizer is None:
             raise RedkitError("this RED model was built without a tokenizer; tokenize the texts yourself")
-        enc = self.tokenizer(list(texts), padding=True, truncation=True, max_length=self.max_length, return_tensors="pt")
+        enc = self.tokenizer(
+            list(texts), padding=True, truncation=True, max_length=self.max_length, return_tensors="pt"
+        )
         device = next(self.parameters()).device
         return {"input_ids": enc["input_ids"].to(device), "attention_mask": enc["attention_mask"].to(device)}
-
-    @classmethod
-    def from_run(cls, run: str | Path, red: REDModel | None = None) -> "REDForSequenceClassification":
-        """A trained run's backbone (its tuned top layers loaded), tokenizer and pooling around its
-        RED model (or `red`, e.g. one loaded with from_pretrained and checked against this backbone)."""
-        from redkit.open_run import open_run
-
-        opened = open_run(Path(run))
-        backbone = opened.backbone
-        if red is None:
-            red = REDModel.from_run(opened)
-        elif red.card.get("backbone_fingerprint") not in (None, opened.fingerprint):
-            raise RedkitError(f"{run}: its backbone is {opened.fingerprint}, the RED model was trained on "
-                              f"{red.card['backbone_fingerprint']}")
-        if red.config.pooling != backbone.config.pooling:
-            raise RedkitError(f"{run}: pools with {backbone.config.pooling!r}, the RED config says {red.config.pooling!r}")
-        return cls(backbone.model, red, backbone.tokenizer, backbone.config.max_length).eval()
 
 
 def get_red_model(model: nn.Module, config: REDConfig | REDModel, tokenizer=None) -> REDForSequenceClassification:

@@ -12,7 +12,7 @@ The recipe (redkit.train.stages runs the same three parts on a run's cached feat
     "router"       α supervised on the domain label         red.part_loss("router", h, domains=d)
 
 `train_part(part)` freezes everything else and returns the part's parameters for an optimizer.
-This is the one RED forward of redkit: the compositions (red, red_oracle, red_uniform, red_logits),
+This is the one RED forward of redkit: the compositions (red, red_oracle, red_uniform, red_logit_experts),
 the stages, bundles and the Python API all run it.
 """
 
@@ -25,10 +25,10 @@ from torch import nn
 from torch.nn import functional as F
 
 from redkit.errors import RedkitError
-from redkit.modules.layers import ROUTERS, Classifier, ResidualExpert
+from redkit.modules.layers import ROUTERS, Classifier
 from redkit.modules.routing import RouterBase, RouterOutput
 from redkit.red.config import REDConfig
-from redkit.red.layer import mix, new_expert
+from redkit.red.layer import ResidualExpert, mix, new_expert
 
 Part = str | int  # "classifier", "router", "all", or an expert's index
 
@@ -62,8 +62,11 @@ class REDModel(nn.Module):
         super().__init__()
         self.config = config
         if parts is None:
-            parts = (Classifier(Classifier.Config(config.dim, config.num_classes)),
-                     [new_expert(config) for _ in config.domains], new_router(config))
+            parts = (
+                Classifier(Classifier.Config(config.dim, config.num_classes)),
+                [new_expert(config) for _ in config.domains],
+                new_router(config),
+            )
         classifier, experts, router = parts
         self.classifier = classifier
         self.experts = nn.ModuleList(experts)
@@ -72,20 +75,37 @@ class REDModel(nn.Module):
         self.card: dict = {}  # provenance and metrics, for the model card (from_run, from_pretrained)
 
     @classmethod
-    def from_parts(cls, classifier: Classifier, experts: list[nn.Module], domains: tuple[str, ...],
-                   router: RouterBase | None = None, labels: tuple = (), pooling: str = "mean") -> "REDModel":
+    def from_parts(
+        cls,
+        classifier: Classifier,
+        experts: list[nn.Module],
+        domains: tuple[str, ...],
+        router: RouterBase | None = None,
+        labels: tuple = (),
+        pooling: str = "mean",
+    ) -> "REDModel":
         """A model around trained modules (a run's, a bundle's): the config is read off them."""
         kind = "residual" if isinstance(experts[0], ResidualExpert) else "logit"
         options = dict(vars(router.config)) if router is not None else {}
         dims = {name: options.pop(name, None) for name in ("dim", "num_experts")}
         hidden = options.pop("hidden", 256)
-        config = REDConfig(dim=classifier.config.dim, num_classes=classifier.config.num_classes, domains=domains,
-                           expert_rank=experts[0].config.rank if kind == "residual" else 0, expert_kind=kind,
-                           router=router.name if router is not None else "dense", router_hidden=hidden,
-                           router_options=options, labels=labels, pooling=pooling)
+        config = REDConfig(
+            dim=classifier.config.dim,
+            num_classes=classifier.config.num_classes,
+            domains=domains,
+            expert_rank=experts[0].config.rank if kind == "residual" else 0,
+            expert_kind=kind,
+            router=router.name if router is not None else "dense",
+            router_hidden=hidden,
+            router_options=options,
+            labels=labels,
+            pooling=pooling,
+        )
         routed = dims["num_experts"] if router is not None else len(experts)
         if len(experts) != config.num_experts or routed != len(experts):
-            raise RedkitError(f"{len(experts)} experts, {config.num_experts} domains and a router over {routed}: they must agree")
+            raise RedkitError(
+                f"{len(experts)} experts, {config.num_experts} domains and a router over {routed}: they must agree"
+            )
         return cls(config, (classifier, experts, router))
 
     # ---- the forward, in pieces a composition can re-mix -----------------------------------------
@@ -134,8 +154,9 @@ class REDModel(nn.Module):
             return self.router
         if isinstance(part, int) and 0 <= part < len(self.experts):
             return self.experts[part]
-        raise RedkitError(f"unknown RED part {part!r}: expected 'classifier', 'router', 'all' "
-                          f"or an expert 0..{len(self.experts) - 1}")
+        raise RedkitError(
+            f"unknown RED part {part!r}: expected 'classifier', 'router', 'all' or an expert 0..{len(self.experts) - 1}"
+        )
 
     def train_part(self, part: Part) -> list[nn.Parameter]:
         """Freeze everything but `part` and return its parameters (for an optimizer)."""
@@ -145,8 +166,9 @@ class REDModel(nn.Module):
         self.training_part = part
         return [p for p in module.parameters() if p.requires_grad]
 
-    def part_loss(self, part: Part, h: torch.Tensor, labels: torch.Tensor | None = None,
-                  domains: torch.Tensor | None = None) -> torch.Tensor:
+    def part_loss(
+        self, part: Part, h: torch.Tensor, labels: torch.Tensor | None = None, domains: torch.Tensor | None = None
+    ) -> torch.Tensor:
         """The mean loss `part` is trained on: C on labels, expert i alone through C on labels (give it
         domain i's rows only), the router on domains, "all" the mixed prediction on labels."""
         self._part(part)
@@ -175,11 +197,3 @@ class REDModel(nn.Module):
         from redkit.red.pretrained import load_pretrained
 
         return load_pretrained(cls, Path(directory), fingerprint)
-
-    @classmethod
-    def from_run(cls, run, kind: str = "residual") -> "REDModel":
-        """The RED model of a trained run (a path or an opened run): its classifier, `kind` experts
-        and router, each checked against the run's backbone fingerprint and width."""
-        from redkit.red.pretrained import from_run
-
-        return from_run(cls, run, kind)

@@ -1,4 +1,5 @@
-"""A RED model as an artifact: `save_pretrained(dir)` / `from_pretrained(dir)` and `from_run(RUN)`.
+"""A RED model as an artifact: `save_pretrained(dir)` / `from_pretrained(dir)`, the one directory
+format RED reads (a run's modules are assembled into a REDModel by the run layer: redkit/run/red.py).
 
     DIR/model.safetensors   every weight (classifier.*, experts.<i>.*, router.*); written first
     DIR/config.json         {"format", "redkit_version", "config": REDConfig, "card": provenance + metrics}
@@ -12,7 +13,7 @@ from pathlib import Path
 from redkit.atomic import atomic_path, write_json, write_text
 from redkit.errors import RedkitError
 from redkit.jsonfile import read_json
-from redkit.modules.store import CONFIG, WEIGHTS, load_module, read_weights
+from redkit.modules.store import CONFIG, WEIGHTS, read_weights
 from redkit.red.config import REDConfig
 
 FORMAT = "redkit.red"
@@ -31,8 +32,10 @@ def save_pretrained(model, directory: Path) -> Path:
     with atomic_path(directory / WEIGHTS) as tmp:
         save_file({k: v.detach().contiguous().cpu() for k, v in model.state_dict().items()}, str(tmp))
     write_text(directory / README, model_card(model.config, model.card))
-    write_json(directory / CONFIG, {"format": FORMAT, "redkit_version": __version__,
-                                    "config": model.config.to_dict(), "card": model.card})
+    write_json(
+        directory / CONFIG,
+        {"format": FORMAT, "redkit_version": __version__, "config": model.config.to_dict(), "card": model.card},
+    )
     return directory
 
 
@@ -45,70 +48,57 @@ def load_pretrained(cls, directory: Path, fingerprint: str | None = None):
         raise RedkitError(f"{file}: not a saved RED model (field 'format' is not {FORMAT!r})")
     card = raw.get("card") or {}
     if fingerprint is not None and card.get("backbone_fingerprint") != fingerprint:
-        raise RedkitError(f"{directory}: this RED model was trained on backbone {card.get('backbone_fingerprint')}, "
-                          f"but yours is {fingerprint}; retrain it for this backbone")
+        raise RedkitError(
+            f"{directory}: this RED model was trained on backbone {card.get('backbone_fingerprint')}, "
+            f"but yours is {fingerprint}; retrain it for this backbone"
+        )
     model = cls(REDConfig.from_dict(raw.get("config"), file))
     try:
         model.load_state_dict(read_weights(directory / WEIGHTS))
     except RuntimeError as err:
-        raise RedkitError(f"{directory / WEIGHTS}: weights do not fit the RED model of {file} "
-                          f"({str(err).splitlines()[0]})") from None
+        raise RedkitError(
+            f"{directory / WEIGHTS}: weights do not fit the RED model of {file} ({str(err).splitlines()[0]})"
+        ) from None
     model.card = card
     return model.eval()
 
 
-def from_run(cls, run, kind: str):
-    if isinstance(run, (str, Path)):
-        from redkit.open_run import open_run
-
-        run = open_run(Path(run))
-    def load(*parts: str):
-        return load_module(run.module_dir(*parts), run.fingerprint, run.feature_dim)[0]
-
-    model = cls.from_parts(load("classifier"), [load("experts", kind, name) for name in run.space.domains],
-                           tuple(run.space.domains), router=load("router"), labels=run.space.class_names(),
-                           pooling=run.config.backbone.pooling)
-    model.card = run_card(run)
-    return model.to(run.device).eval()
-
-
-def run_card(run) -> dict:
-    """Where a run's RED model came from, and how well RED did on each evaluated split."""
-    results_file = Path(run.dir) / "results.json"
-    results = read_json(results_file, "a run's results") if results_file.is_file() else {}
-    metrics = {}
-    for split, table in (results.get("splits") or {}).items():
-        for name in ("red", "red_oracle", "red_uniform"):
-            if isinstance(table, dict) and isinstance(table.get(name), dict):
-                row = {key: table[name][key] for key in CARD_METRICS if key in table[name]}
-                metrics.setdefault(split, {})[name] = row | {"n": table[name].get("n")}
-    provenance = results.get("provenance") or {}
-    return {"run": str(run.dir), "task": results.get("task"),
-            "backbone_fingerprint": run.fingerprint, "data_hash": run.data_hash, "seed": run.config.seed,
-            "git_commit": provenance.get("git_commit"), "versions": provenance.get("versions", {}), "metrics": metrics}
-
-
 def model_card(config: REDConfig, card: dict) -> str:
-    lines = [f"# RED model: {config.num_experts} experts over {config.num_classes} classes", "",
-             "Residual Expert Decomposition (redkit): `logits = C(h + Σ_i α_i(h) Δh_i(h))`, "
-             "`Δh_i = B_i σ(A_i h)`, on pooled features h.", "",
-             "| field | value |", "| --- | --- |",
-             f"| width d | {config.dim} |", f"| classes C | {config.num_classes} |",
-             f"| experts (domains) | {', '.join(config.domains)} |",
-             f"| expert kind, rank | {config.expert_kind}, {config.rank if config.expert_kind == 'residual' else '-'} |",
-             f"| router | {config.router} |"]
+    lines = [
+        f"# RED model: {config.num_experts} experts over {config.num_classes} classes",
+        "",
+        "Residual Expert Decomposition (redkit): `logits = C(h + Σ_i α_i(h) Δh_i(h))`, "
+        "`Δh_i = B_i σ(A_i h)`, on pooled features h.",
+        "",
+        "| field | value |",
+        "| --- | --- |",
+        f"| width d | {config.dim} |",
+        f"| classes C | {config.num_classes} |",
+        f"| experts (domains) | {', '.join(config.domains)} |",
+        f"| expert kind, rank | {config.expert_kind}, {config.rank if config.expert_kind == 'residual' else '-'} |",
+        f"| router | {config.router} |",
+    ]
     for key in ("run", "task", "backbone_fingerprint", "data_hash", "seed", "git_commit"):
         if card.get(key) is not None:
             lines.append(f"| {key.replace('_', ' ')} | {card[key]} |")
     if card.get("metrics"):
-        lines += ["", "## Metrics (the run's results.json)", "", "| split | composition | n | " +
-                  " | ".join(CARD_METRICS) + " |", "| --- | --- | --- |" + " --- |" * len(CARD_METRICS)]
+        lines += [
+            "",
+            "## Metrics (the run's results.json)",
+            "",
+            "| split | composition | n | " + " | ".join(CARD_METRICS) + " |",
+            "| --- | --- | --- |" + " --- |" * len(CARD_METRICS),
+        ]
         for split, rows in card["metrics"].items():
             for name, row in rows.items():
                 cells = " | ".join(f"{row[k]:.4f}" if isinstance(row.get(k), float) else "-" for k in CARD_METRICS)
                 lines.append(f"| {split} | {name} | {row.get('n')} | {cells} |")
     if card.get("versions"):
         lines += ["", "## Provenance", "", ", ".join(f"{k} {v}" for k, v in card["versions"].items())]
-    lines += ["", "Load with `redkit.REDModel.from_pretrained(DIR)`; it acts on features of the backbone "
-              "whose fingerprint is above.", ""]
+    lines += [
+        "",
+        "Load with `redkit.REDModel.from_pretrained(DIR)`; it acts on features of the backbone "
+        "whose fingerprint is above.",
+        "",
+    ]
     return "\n".join(lines)

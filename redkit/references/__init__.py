@@ -1,4 +1,4 @@
-"""Honest non-modular references (DESIGN decision 12), each with its own features and training:
+"""Honest non-modular references (docs/guides/design.md, decision 12), each with its own features and training:
 
     joint         the same trainable top backbone layers and a classifier fine-tuned on 100 % of
                   train, early-stopped on val: the multitask fine-tuning post-hoc composition is
@@ -12,19 +12,6 @@ scores it beside the compositions. A run trains the references named in its conf
 (a fit run: both by default; Task 1/2 only when asked, since `joint` there costs a full fine-tuning).
 """
 
-from typing import Callable, NamedTuple
-
-import torch
-
-from redkit.registry import Registry
-
-
-class Reference(NamedTuple):
-    probs: Callable[..., torch.Tensor]  # (run, cache name, texts) -> (N, C) class probabilities
-    stages: tuple[str, ...]  # the stage(s) whose wall time is its training time
-
-
-REFERENCES: Registry[Reference] = Registry("reference")
-
 # Each reference registers itself (and its training stage) when imported, in this order.
 from redkit.references import joint, linear_probe  # noqa: E402,F401
+from redkit.references.registry import REFERENCES, Reference  # noqa: F401

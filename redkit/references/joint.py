@@ -16,7 +16,7 @@ from torch.nn import functional as F
 from redkit.backbone import Backbone
 from redkit.features import cached_features
 from redkit.modules.store import load_module, load_state, module_exists
-from redkit.references import REFERENCES, Reference
+from redkit.references.registry import REFERENCES, Reference
 from redkit.train.stages import STAGES, timed, tune_top
 
 
@@ -40,8 +40,11 @@ def stage_joint(run) -> dict:
     if module_exists(top_dir) and module_exists(clf_dir):
         return {"skipped": "joint"}
     backbone = Backbone(run.config.backbone).to(run.device)  # untuned: joint starts where the base did
-    return timed(run, "joint", lambda: tune_top(run, backbone, top_dir, clf_dir, "joint",
-                                                train_indices=list(range(len(run.splits["train"])))))
+    return timed(
+        run,
+        "joint",
+        lambda: tune_top(run, backbone, top_dir, clf_dir, "joint", train_indices=list(range(len(run.splits["train"])))),
+    )
 
 
 @lru_cache(maxsize=4)
@@ -63,7 +66,11 @@ def joint_probs(run, name: str, texts: list[str]) -> torch.Tensor:
     """(N, C) softmax of the joint classifier over the joint backbone's pooled features."""
     backbone, classifier = _joint_model(run)
     # With the base as the joint model its features are the run's own (one cache file, not two).
-    h = run.text_features(name, texts) if base_is_joint(run) else cached_features(run.cache_dir, backbone, texts, f"joint-{name}")
+    h = (
+        run.text_features(name, texts)
+        if base_is_joint(run)
+        else cached_features(run.cache_dir, backbone, texts, f"joint-{name}")
+    )
     h = h.to(run.device)
     return F.softmax(classifier(h), dim=-1).cpu()
 

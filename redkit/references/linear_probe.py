@@ -16,7 +16,7 @@ from redkit.backbone import Backbone
 from redkit.features import cached_features
 from redkit.modules.layers import MODULES
 from redkit.modules.store import ModuleMeta, load_module, module_exists, save_module
-from redkit.references import REFERENCES, Reference
+from redkit.references.registry import REFERENCES, Reference
 from redkit.train.stages import STAGES, timed
 
 C_GRID = (0.1, 1.0, 10.0)
@@ -29,8 +29,9 @@ def frozen_backbone(run) -> Backbone:
 
 def frozen_features(run, name: str, texts: list[str]) -> torch.Tensor:
     # The frozen backbone's prefix is the tuned one's: texts stage base cached run its untuned top only.
-    return cached_features(run.cache_dir, frozen_backbone(run), texts, f"frozen-{name}",
-                           reuse_prefix=getattr(run, "reuse_prefix", False))
+    return cached_features(
+        run.cache_dir, frozen_backbone(run), texts, f"frozen-{name}", reuse_prefix=getattr(run, "reuse_prefix", False)
+    )
 
 
 def softmax_rows(coef: np.ndarray, intercept: np.ndarray, classes: int) -> tuple[np.ndarray, np.ndarray]:
@@ -72,10 +73,18 @@ def stage_linear_probe(run) -> dict:
         head = MODULES["head"](MODULES["head"].Config(dim=x.shape[1], num_classes=run.space.num_classes))
         head.linear.weight.data = torch.tensor(weight, dtype=torch.float32)
         head.linear.bias.data = torch.tensor(bias, dtype=torch.float32)
-        save_module(directory, head, ModuleMeta(kind="head", config=vars(head.config),
-                                                backbone_fingerprint=frozen_backbone(run).fingerprint(),
-                                                data_hash=run.data_hash, seed=run.config.seed,
-                                                metrics={"val_accuracy": accuracy, "C": c, "C_grid": list(C_GRID)}))
+        save_module(
+            directory,
+            head,
+            ModuleMeta(
+                kind="head",
+                config=vars(head.config),
+                backbone_fingerprint=frozen_backbone(run).fingerprint(),
+                data_hash=run.data_hash,
+                seed=run.config.seed,
+                metrics={"val_accuracy": accuracy, "C": c, "C_grid": list(C_GRID)},
+            ),
+        )
         return {"module": str(directory), "C": c, "val_accuracy": accuracy}
 
     return timed(run, "linear_probe", work)

@@ -49,25 +49,22 @@ def check_nproc(nproc: int, base_examples: int, batch_size: int) -> None:
         raise RedkitError(f"--nproc {nproc}: must be at least 1")
     most = min(batch_size, base_examples)
     if nproc > most:
-        raise RedkitError(f"--nproc {nproc}: stage base has {base_examples} examples in global batches of "
-                          f"{batch_size}, so at most {most} processes can each get a share of every batch")
+        raise RedkitError(
+            f"--nproc {nproc}: stage base has {base_examples} examples in global batches of "
+            f"{batch_size}, so at most {most} processes can each get a share of every batch"
+        )
 
 
 def predicted_base_examples(directory: Path, config) -> int:
-    """The size of a run's base subset: read where the run has its data, else what
-    `Run.base_subset` will draw (round(train x base_fraction), a multiple of the number of
-    domains), without writing anything."""
-    from redkit.space import ANSWER_RANGES
-
+    """The size of a run's base subset: read where the run has its data, else what the run's config
+    says `base_subset` will draw (`planned_base_examples`), without writing anything."""
     data = Path(directory) / "data"
     if (data / "base_subset.json").is_file():
         return len(json.loads((data / "base_subset.json").read_text()))
     if (data / "splits.json").is_file():
         train = json.loads((data / "splits.json").read_text())["splits"]["train"]["count"]
-    else:
-        train = round(config.data.n * config.data.fractions[0])
-    domains = ANSWER_RANGES.in_equal_parts(config.experts).num_domains if getattr(config, "experts", None) else ANSWER_RANGES.num_domains
-    return round(train * config.base_fraction) // domains * domains
+        return round(train * config.base_fraction)
+    return config.planned_base_examples()
 
 
 def check_run_nproc(directory: Path, config, nproc: int) -> None:
@@ -99,27 +96,45 @@ def launch_base(run, nproc: int) -> dict:
     run.prepare_data()
     prepare_base(run)
     check_run_nproc(run.dir, run.config, nproc)
-    env = dict(os.environ, OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // nproc))))
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}",
-               "-m", "redkit.train.distributed", str(run.dir)]
+    env = dict(
+        os.environ, OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // nproc)))
+    )
+    command = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        f"--nproc_per_node={nproc}",
+        "-m",
+        "redkit.train.distributed",
+        str(run.dir),
+    ]
     for cached in ("backbone", "fingerprint"):  # loaded before it was tuned; and its memory is the ranks'
         run.__dict__.pop(cached, None)
     done = subprocess.run(command, env=env, preexec_fn=die_with_parent)
     if done.returncode != 0:
-        raise RedkitError(f"stage base in {nproc} processes failed (exit code {done.returncode}); its ranks' "
-                          f"messages are above; rerun to resume from {run.module_dir('classifier')}'s checkpoint")
+        raise RedkitError(
+            f"stage base in {nproc} processes failed (exit code {done.returncode}); its ranks' "
+            f"messages are above; rerun to resume from {run.module_dir('classifier')}'s checkpoint"
+        )
     run.timings = run._read_timings()
     meta = run.module_dir("classifier") / "config.json"
     metrics = json.loads(meta.read_text())["metrics"]
-    return {"epochs": metrics["epochs"], "best_epoch": metrics["best_epoch"], "best_val_loss": metrics["best_val_loss"],
-            "nproc": nproc}
+    return {
+        "epochs": metrics["epochs"],
+        "best_epoch": metrics["best_epoch"],
+        "best_val_loss": metrics["best_val_loss"],
+        "nproc": nproc,
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
     """One rank of stage base (started by torchrun, which sets RANK, WORLD_SIZE, MASTER_ADDR ...)."""
-    from redkit.open_run import open_run
+    from redkit.plugins import load_plugins
+    from redkit.run import open_run
     from redkit.train.stages import stage_base
 
+    load_plugins()  # this process is a top: the run kinds, stages and modules of every installed package
     argv = sys.argv[1:] if argv is None else argv
     die_with_parent()  # the launcher (torchrun's agent)
     if len(argv) != 1:
@@ -138,7 +153,9 @@ def main(argv: list[str] | None = None) -> int:
             if ranks.is_writer:
                 run.prepare_data()
             ranks.barrier()
-            check_run_nproc(run.dir, run.config, ranks.world)  # on every rank: all of them stop, none waits for the others
+            check_run_nproc(
+                run.dir, run.config, ranks.world
+            )  # on every rank: all of them stop, none waits for the others
             summary = stage_base(run, ranks)
             if ranks.is_writer:
                 print(f"[base] {summary} ({ranks.world} processes)")
@@ -152,4 +169,3 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
-

@@ -19,9 +19,9 @@ import copy
 import json
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 import torch
 from safetensors import safe_open
@@ -49,7 +49,9 @@ class TrainConfig:
     head_lr: float | None = None  # a separate rate for parameters the stage marks as a fresh head
     min_delta: float = 1e-4  # a validation loss must beat the best by this much to count
     schedule: str = "constant"  # SCHEDULES: "linear" = warm-up, then linear decay to 0 at the last step
-    warmup_ratio: float = 0.0  # of all steps (max_epochs x steps per epoch), with the rate rising from 0 (schedule "linear")
+    warmup_ratio: float = (
+        0.0  # of all steps (max_epochs x steps per epoch), with the rate rising from 0 (schedule "linear")
+    )
     label_smoothing: float = 0.0  # of the training loss, where the stage's loss reads it (stage base, joint)
     select_by: str = "loss"  # SELECT_BY: which validation figure picks the best epoch and stops early
     length_grouped: bool = False  # batches of texts of similar lengths (less padding), where the stage gives lengths
@@ -130,8 +132,11 @@ class Checkpoint:
             tensors |= {f"optim.{index}.{name}": t for name, t in slots.items()}
         state = progress | {"param_groups": opt["param_groups"]}
         with atomic_path(self.tensors) as tmp:
-            save_file({k: v.detach().contiguous().cpu() for k, v in tensors.items()}, str(tmp),
-                      metadata={"progress": json.dumps(state)})
+            save_file(
+                {k: v.detach().contiguous().cpu() for k, v in tensors.items()},
+                str(tmp),
+                metadata={"progress": json.dumps(state)},
+            )
         write_json(self.state, state)
 
     def load(self, model: nn.Module, optimizer: torch.optim.Optimizer) -> tuple[dict, dict]:
@@ -155,11 +160,21 @@ class Checkpoint:
         self.state.unlink(missing_ok=True)
 
 
-def fit(model: nn.Module, batch_loss: Callable[[torch.Tensor], torch.Tensor], num_train: int,
-        val_loss: Callable[[], float], config: TrainConfig, seed: int, checkpoint_dir: Path | None = None,
-        desc: str = "train", log: Callable[[dict], None] | None = None, head: nn.Module | None = None,
-        on_step: Callable[[int, nn.Module], None] | None = None, ranks: Ranks = Ranks(),
-        lengths: torch.Tensor | None = None) -> FitResult:
+def fit(
+    model: nn.Module,
+    batch_loss: Callable[[torch.Tensor], torch.Tensor],
+    num_train: int,
+    val_loss: Callable[[], float],
+    config: TrainConfig,
+    seed: int,
+    checkpoint_dir: Path | None = None,
+    desc: str = "train",
+    log: Callable[[dict], None] | None = None,
+    head: nn.Module | None = None,
+    on_step: Callable[[int, nn.Module], None] | None = None,
+    ranks: Ranks = Ranks(),
+    lengths: torch.Tensor | None = None,
+) -> FitResult:
     """Train the parameters of `model` that require grad; on return `model` holds its best state.
 
     `on_step(step, model)` is called after every optimizer step (step counts from 1 over the whole
@@ -193,8 +208,15 @@ def fit(model: nn.Module, batch_loss: Callable[[torch.Tensor], torch.Tensor], nu
     total_steps = steps_per_epoch * config.max_epochs
     warmup_steps = round(config.warmup_ratio * total_steps)
     grouped = lengths if config.length_grouped else None
-    bar = tqdm(total=config.max_epochs, initial=resumed_from, desc=desc, unit="epoch", leave=False, dynamic_ncols=True,
-               disable=not ranks.is_writer)
+    bar = tqdm(
+        total=config.max_epochs,
+        initial=resumed_from,
+        desc=desc,
+        unit="epoch",
+        leave=False,
+        dynamic_ncols=True,
+        disable=not ranks.is_writer,
+    )
     while progress["epoch"] < config.max_epochs and progress["bad_epochs"] < config.patience:
         start = time.perf_counter()
         epoch = progress["epoch"]
@@ -229,8 +251,13 @@ def fit(model: nn.Module, batch_loss: Callable[[torch.Tensor], torch.Tensor], nu
             figures = {k: ranks.agree(v) for k, v in _val_figures(val_loss()).items()}
         val = figures["loss"]
         total = ranks.sum([total])[0]
-        row = {"stage": desc, "epoch": epoch + 1, "train_loss": total / max(batches, 1), "val_loss": val,
-               "seconds": time.perf_counter() - start}
+        row = {
+            "stage": desc,
+            "epoch": epoch + 1,
+            "train_loss": total / max(batches, 1),
+            "val_loss": val,
+            "seconds": time.perf_counter() - start,
+        }
         if "accuracy" in figures:
             row["val_accuracy"] = figures["accuracy"]
         progress["history"].append(row)
@@ -248,10 +275,19 @@ def fit(model: nn.Module, batch_loss: Callable[[torch.Tensor], torch.Tensor], nu
         if log:
             log(row)
         bar.update(1)
-        bar.set_postfix(train=f"{row['train_loss']:.4f}", val=f"{val:.4f}",
-                        **({"acc": f"{figures['accuracy']:.4f}"} if "accuracy" in figures else {}))
+        bar.set_postfix(
+            train=f"{row['train_loss']:.4f}",
+            val=f"{val:.4f}",
+            **({"acc": f"{figures['accuracy']:.4f}"} if "accuracy" in figures else {}),
+        )
     bar.close()
     model.load_state_dict(best_state)
-    return FitResult(epochs=progress["epoch"], best_epoch=progress["best_epoch"], best_val_loss=progress["best_val_loss"],
-                     history=progress["history"], seconds=progress["seconds"], resumed_from=resumed_from,
-                     best_val_accuracy=progress.get("best_val_accuracy"))
+    return FitResult(
+        epochs=progress["epoch"],
+        best_epoch=progress["best_epoch"],
+        best_val_loss=progress["best_val_loss"],
+        history=progress["history"],
+        seconds=progress["seconds"],
+        resumed_from=resumed_from,
+        best_val_accuracy=progress.get("best_val_accuracy"),
+    )

@@ -15,7 +15,7 @@ Sequential instead where forking is unsafe or useless: one core, no `fork` start
 import multiprocessing
 import os
 import traceback
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 
@@ -80,8 +80,17 @@ def run_chains(run, chains: list[list[Step]], print_fn=print) -> None:
         except EOFError:  # killed before it could answer (out of memory, a signal)
             message = None
         process.join()
-        messages.append(message or ("error", RedkitError(f"a training process ended with exit code {process.exitcode} "
-                                                         "before it finished; run the command again (finished modules are kept)"), ""))
+        messages.append(
+            message
+            or (
+                "error",
+                RedkitError(
+                    f"a training process ended with exit code {process.exitcode} "
+                    "before it finished; run the command again (finished modules are kept)"
+                ),
+                "",
+            )
+        )
     for kind, payload, detail in messages:
         if kind == "error":
             if detail:

@@ -43,7 +43,7 @@ class Ranks:
         offset = 0
         for p, has in zip(params, present.tolist()):
             n = p.numel()
-            p.grad = flat[offset:offset + n].view_as(p).clone() if has else None
+            p.grad = flat[offset : offset + n].view_as(p).clone() if has else None
             offset += n
 
     def sum(self, values: list[float]) -> list[float]:

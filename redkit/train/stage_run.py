@@ -1,12 +1,13 @@
 """What a stage on cached features (experts, heads, router, gate) and a ModuleSet need from a run.
 
 `Run` (redkit/run.py) and its kinds provide it, and so does an ablation variant
-(redkit/study/variant.py), which trains the same stages into a directory of its own. Stage base needs
+(redkit_experiments/study/variant.py), which trains the same stages into a directory of its own. Stage base needs
 the whole `Run` (data, backbone, cache); nothing else does.
 """
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import torch
 from torch import nn
@@ -14,7 +15,7 @@ from torch import nn
 from redkit.space import LabelSpace
 
 if TYPE_CHECKING:
-    from redkit.run import StagedConfig
+    from redkit.run.config import StagedConfig
 
 
 class StageRun(Protocol):
@@ -35,7 +36,9 @@ class StageRun(Protocol):
     @property
     def data_hash(self) -> str: ...  # of the training texts; every module records it
 
-    def split_tensors(self, name: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]: ...  # (h (N, d), classes (N,), domains (N,))
+    def split_tensors(
+        self, name: str
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]: ...  # (h (N, d), classes (N,), domains (N,))
 
     def module_dir(self, *parts: str) -> Path: ...  # where a module is read from and written to
 

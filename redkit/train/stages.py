@@ -2,16 +2,16 @@
 is already complete, resumes from its checkpoint if it was interrupted, and writes its own
 module(s) as config.json + model.safetensors.
 
-    base     top-N backbone layers + shared classifier C, on a label-balanced 10% of train
-    experts  per range i and expert kind (residual, logit): trained ALONE on range i, through frozen C
-    heads    per range i a full head E_i (baselines), and the global head on all of train
-    router   2-layer MLP h -> range, supervised on the range label (RED)
+    base     top-N backbone layers + shared classifier C, on `base_fraction` of train (domain-balanced)
+    experts  per domain i and expert kind (residual, logit): trained ALONE on domain i, through frozen C
+    heads    per domain i a full head E_i (baselines), and the global head on all of train
+    router   2-layer MLP h -> domain, supervised on the domain label (RED; or on the label loss)
     gate     2-layer MLP h -> α, trained on the task loss of Σ α_i softmax(E_i(h)) (classical MoE)
 """
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import torch
 from torch import nn
@@ -26,14 +26,13 @@ from redkit.modules.store import ModuleMeta, load_module, module_exists, save_mo
 from redkit.red import REDConfig, REDModel, router_loss
 from redkit.red.layer import new_expert
 from redkit.registry import Registry
-from redkit.run import Run
 from redkit.threads import one_thread
 from redkit.train.loop import Checkpoint, FitResult, fit
 from redkit.train.ranks import Ranks
 from redkit.train.stage_run import StageRun
 
-# The references (redkit/references) register their own training stages.
-STAGES: Registry[Callable] = Registry("stage", plugins=("redkit.references.joint", "redkit.references.linear_probe"))
+# The references (redkit/references) register their own training stages here too.
+STAGES: Registry[Callable] = Registry("stage")
 EXPERT_KINDS = ("residual", "logit")
 
 
@@ -46,20 +45,40 @@ def timed(run: StageRun, stage: str, work: Callable[[], dict]) -> dict:
     return summary
 
 
-def _meta(run: StageRun, module: nn.Module, kind: str, domain: int | None, result: FitResult,
-          precision: str = "fp32") -> ModuleMeta:
+def _meta(
+    run: StageRun, module: nn.Module, kind: str, domain: int | None, result: FitResult, precision: str = "fp32"
+) -> ModuleMeta:
     """`precision`: the arithmetic it was trained in (fp32, or bf16 autocast); its weights are fp32."""
-    return ModuleMeta(kind=kind, config=vars(module.config) if hasattr(module, "config") else {},
-                      backbone_fingerprint=run.fingerprint,
-                      data_hash=run.data_hash, seed=run.config.seed,
-                      domain=domain, metrics={"best_val_loss": result.best_val_loss, "epochs": result.epochs,
-                                              "best_epoch": result.best_epoch, "seconds": result.seconds,
-                                              "precision": precision})
+    return ModuleMeta(
+        kind=kind,
+        config=vars(module.config) if hasattr(module, "config") else {},
+        backbone_fingerprint=run.fingerprint,
+        data_hash=run.data_hash,
+        seed=run.config.seed,
+        domain=domain,
+        metrics={
+            "best_val_loss": result.best_val_loss,
+            "epochs": result.epochs,
+            "best_epoch": result.best_epoch,
+            "seconds": result.seconds,
+            "precision": precision,
+        },
+    )
 
 
-def _train_on_features(run: StageRun, stage: str, directory, module: nn.Module, loss_fn: Callable,
-                       train: tuple[torch.Tensor, ...], val: tuple[torch.Tensor, ...], kind: str,
-                       domain: int | None, seed_offset: int, precision: str = "fp32") -> dict:
+def _train_on_features(
+    run: StageRun,
+    stage: str,
+    directory,
+    module: nn.Module,
+    loss_fn: Callable,
+    train: tuple[torch.Tensor, ...],
+    val: tuple[torch.Tensor, ...],
+    kind: str,
+    domain: int | None,
+    seed_offset: int,
+    precision: str = "fp32",
+) -> dict:
     """Fit `module` on cached features; `loss_fn(module, *tensors)` is a mean loss. `precision` bf16
     computes the losses under bf16 autocast (weights, optimizer and saved module stay fp32)."""
     if module_exists(directory):
@@ -77,10 +96,18 @@ def _train_on_features(run: StageRun, stage: str, directory, module: nn.Module, 
             return loss_fn(module, *tensors).float()
 
     with one_thread():  # small modules: thread hand-offs cost more than their arithmetic
-        result = fit(module, lambda idx: in_precision(*(t[idx] for t in train)), len(train[0]),
-                     lambda: in_precision(*val).item(), run.config.train_config(stage),
-                     seed=run.config.seed + seed_offset, checkpoint_dir=directory, desc=f"{stage} {directory.name}",
-                     log=run.log, on_step=on_step)
+        result = fit(
+            module,
+            lambda idx: in_precision(*(t[idx] for t in train)),
+            len(train[0]),
+            lambda: in_precision(*val).item(),
+            run.config.train_config(stage),
+            seed=run.config.seed + seed_offset,
+            checkpoint_dir=directory,
+            desc=f"{stage} {directory.name}",
+            log=run.log,
+            on_step=on_step,
+        )
     save_module(directory, module.cpu(), _meta(run, module, kind, domain, result, precision))
     Checkpoint(directory).remove()
     return {"module": str(directory), "epochs": result.epochs, "best_val_loss": result.best_val_loss}
@@ -88,11 +115,13 @@ def _train_on_features(run: StageRun, stage: str, directory, module: nn.Module, 
 
 def load_classifier(run: StageRun) -> nn.Module:
     """C, joined with the label rows of domains added with new labels (redkit/modules/labels.py)."""
-    return joined_classifier(run, lambda *parts: load_module(run.module_dir(*parts), run.fingerprint,
-                                                             run.feature_dim)[0].to(run.device))
+    return joined_classifier(
+        run, lambda *parts: load_module(run.module_dir(*parts), run.fingerprint, run.feature_dim)[0].to(run.device)
+    )
 
 
 # ---- stage base ---------------------------------------------------------------------------------
+
 
 @dataclass
 class BaseData:
@@ -106,7 +135,7 @@ class BaseData:
     val_w: torch.Tensor
 
 
-def prepare_base(run: Run, backbone=None, train_indices: list[int] | None = None, tag: str = "base") -> BaseData:
+def prepare_base(run, backbone=None, train_indices: list[int] | None = None, tag: str = "base") -> BaseData:
     """Stage base's data (or another tuning's: `train_indices` into train, default the base
     subset), with the frozen prefix run once per distinct text and cached under `tag`."""
     backbone = backbone or run.backbone
@@ -120,12 +149,18 @@ def prepare_base(run: Run, backbone=None, train_indices: list[int] | None = None
         distinct.setdefault(ex.question, [run.space.class_of(ex.answer), 0])[1] += 1
     val_texts = list(distinct)
     val_states = PrefixStates.build(run.cache_dir, backbone, val_texts, "base-val")
-    return BaseData(train_states, run.classes(subset), val_states, torch.tensor([distinct[t][0] for t in val_texts]),
-                    torch.tensor([distinct[t][1] for t in val_texts], dtype=torch.float))
+    return BaseData(
+        train_states,
+        run.classes(subset),
+        val_states,
+        torch.tensor([distinct[t][0] for t in val_texts]),
+        torch.tensor([distinct[t][1] for t in val_texts], dtype=torch.float),
+    )
 
 
-def tune_top(run: Run, backbone, top_dir, clf_dir, stage: str, train_indices: list[int] | None = None,
-             ranks: Ranks = Ranks()) -> dict:
+def tune_top(
+    run, backbone, top_dir, clf_dir, stage: str, train_indices: list[int] | None = None, ranks: Ranks = Ranks()
+) -> dict:
     """Fine-tune `backbone`'s top-N layers and a fresh classifier over all the run's classes on
     `train_indices` of train (default: the base subset), early-stopped on val (its loss, or its
     accuracy: the stage's `select_by`); save both to `top_dir` / `clf_dir`. Stage base is this on the
@@ -145,19 +180,24 @@ def tune_top(run: Run, backbone, top_dir, clf_dir, stage: str, train_indices: li
     def batch_loss(idx: torch.Tensor) -> torch.Tensor:
         with backbone.autocast():
             logits = classifier(backbone(*data.train_states.batch(idx, run.device)))
-        return F.cross_entropy(logits.float(), data.train_y[idx].to(run.device), label_smoothing=train_config.label_smoothing)
+        return F.cross_entropy(
+            logits.float(), data.train_y[idx].to(run.device), label_smoothing=train_config.label_smoothing
+        )
 
     # With length-grouped batches validation goes in length order too (chunks of similar lengths pad
     # less); otherwise in the texts' order, as runs made before the recipe existed scored it.
-    val_order = (torch.argsort(data.val_states.lengths(), stable=True) if train_config.length_grouped
-                 else torch.arange(len(data.val_y)))
+    val_order = (
+        torch.argsort(data.val_states.lengths(), stable=True)
+        if train_config.length_grouped
+        else torch.arange(len(data.val_y))
+    )
 
     def validate() -> dict[str, float]:
         """The count-weighted mean loss (no smoothing) and accuracy over the distinct validation
         texts; each rank scores every N-th chunk of 512 and the ranks' sums are added."""
         loss, right = 0.0, 0.0
         for first in range(512 * ranks.rank, len(data.val_y), 512 * ranks.world):
-            idx = val_order[first:first + 512]
+            idx = val_order[first : first + 512]
             with backbone.autocast():
                 logits = classifier(backbone(*data.val_states.batch(idx, run.device))).float()
             truth, weight = data.val_y[idx].to(run.device), data.val_w[idx]
@@ -166,29 +206,57 @@ def tune_top(run: Run, backbone, top_dir, clf_dir, stage: str, train_indices: li
         loss, right = ranks.sum([loss, right])
         return {"loss": loss / data.val_w.sum().item(), "accuracy": right / data.val_w.sum().item()}
 
-    result = fit(trainable, batch_loss, len(data.train_y), validate, train_config,
-                 seed=run.config.seed, checkpoint_dir=clf_dir, desc=stage, log=run.log, head=classifier,
-                 ranks=ranks, lengths=data.train_states.lengths())
+    result = fit(
+        trainable,
+        batch_loss,
+        len(data.train_y),
+        validate,
+        train_config,
+        seed=run.config.seed,
+        checkpoint_dir=clf_dir,
+        desc=stage,
+        log=run.log,
+        head=classifier,
+        ranks=ranks,
+        lengths=data.train_states.lengths(),
+    )
     backbone.eval()
     meta = _meta(run, classifier, "classifier", None, result, backbone.config.precision)
     meta.backbone_fingerprint = backbone.fingerprint()
     meta.metrics["nproc"] = ranks.world  # how it was trained: N processes draw other dropout masks
     if not ranks.is_writer:
         return {}
-    save_module(top_dir, backbone.top_state_dict(), ModuleMeta(
-        kind="backbone_top", backbone_fingerprint=meta.backbone_fingerprint, seed=run.config.seed,
-        data_hash=meta.data_hash, metrics=meta.metrics,
-        config={"source_fingerprint": backbone.source_fingerprint, "source_path": str(backbone.path),
-                "split_at": backbone.split_at, "pooling": backbone.config.pooling, "dim": backbone.hidden_size}))
+    save_module(
+        top_dir,
+        backbone.top_state_dict(),
+        ModuleMeta(
+            kind="backbone_top",
+            backbone_fingerprint=meta.backbone_fingerprint,
+            seed=run.config.seed,
+            data_hash=meta.data_hash,
+            metrics=meta.metrics,
+            config={
+                "source_fingerprint": backbone.source_fingerprint,
+                "source_path": str(backbone.path),
+                "split_at": backbone.split_at,
+                "pooling": backbone.config.pooling,
+                "dim": backbone.hidden_size,
+            },
+        ),
+    )
     save_module(clf_dir, classifier.cpu(), meta)
     Checkpoint(clf_dir).remove()
-    return {"epochs": result.epochs, "best_epoch": result.best_epoch, "best_val_loss": result.best_val_loss,
-            **({"best_val_accuracy": result.best_val_accuracy} if result.best_val_accuracy is not None else {}),
-            "examples": len(data.train_y)}
+    return {
+        "epochs": result.epochs,
+        "best_epoch": result.best_epoch,
+        "best_val_loss": result.best_val_loss,
+        **({"best_val_accuracy": result.best_val_accuracy} if result.best_val_accuracy is not None else {}),
+        "examples": len(data.train_y),
+    }
 
 
 @STAGES.register("base")
-def stage_base(run: Run, ranks: Ranks = Ranks()) -> dict:
+def stage_base(run, ranks: Ranks = Ranks()) -> dict:
     """Fine-tune the top-N layers and the shared classifier on the label-balanced base subset;
     with `ranks` one of N data-parallel processes (redkit/train/distributed.py)."""
     top_dir, clf_dir = run.module_dir("backbone_top"), run.module_dir("classifier")
@@ -205,16 +273,19 @@ def stage_base(run: Run, ranks: Ranks = Ranks()) -> dict:
 
 # ---- stages on cached features --------------------------------------------------------------------
 
+
 def _domain_rows(labels: torch.Tensor, domain: int) -> torch.Tensor:
     return (labels == domain).nonzero(as_tuple=True)[0]
 
 
 @STAGES.register("experts")
-def stage_experts(run: StageRun, domains: list[int] | None = None, kinds: tuple[str, ...] = EXPERT_KINDS,
-                  precision: str = "fp32") -> dict:
-    """Each expert sees only its own range's examples and nothing of the other experts: the RED
+def stage_experts(
+    run: StageRun, domains: list[int] | None = None, kinds: tuple[str, ...] = EXPERT_KINDS, precision: str = "fp32"
+) -> dict:
+    """Each expert sees only its own domain's examples and nothing of the other experts: the RED
     model's part i, trained alone through its frozen classifier (`part_loss(i, ...)`); `precision`
     bf16 trains them under bf16 autocast (recorded in each module's metrics)."""
+
     def work() -> dict:
         classifier = load_classifier(run)
         h, y, d = run.split_tensors("train")
@@ -222,20 +293,34 @@ def stage_experts(run: StageRun, domains: list[int] | None = None, kinds: tuple[
         space = run.space
         done = {}
         for kind in kinds:
-            config = REDConfig(dim=run.feature_dim, num_classes=space.num_classes, domains=space.domains,
-                               expert_rank=run.config.expert_rank, expert_kind=kind)
+            config = REDConfig(
+                dim=run.feature_dim,
+                num_classes=space.num_classes,
+                domains=space.domains,
+                expert_rank=run.config.expert_rank,
+                expert_kind=kind,
+            )
             experts = []
             for domain in range(space.num_domains):  # each expert's init is seeded by its domain alone
                 torch.manual_seed(run.config.seed * 1000 + domain)
                 experts.append(new_expert(config))
             red = REDModel(config, (classifier, experts, None))
-            for domain in (domains if domains is not None else range(space.num_domains)):
+            for domain in domains if domains is not None else range(space.num_domains):
                 tr, va = _domain_rows(d, domain), _domain_rows(vd, domain)
                 red.train_part(domain)  # C and the other experts frozen
                 done[f"{kind}/{space.domains[domain]}"] = _train_on_features(
-                    run, "experts", run.module_dir("experts", kind, space.domains[domain]), red.experts[domain],
-                    lambda expert, x, t, i=domain: red.part_loss(i, x, t), (h[tr], y[tr]), (vh[va], vy[va]),
-                    kind, domain, seed_offset=domain, precision=precision)
+                    run,
+                    "experts",
+                    run.module_dir("experts", kind, space.domains[domain]),
+                    red.experts[domain],
+                    lambda expert, x, t, i=domain: red.part_loss(i, x, t),
+                    (h[tr], y[tr]),
+                    (vh[va], vy[va]),
+                    kind,
+                    domain,
+                    seed_offset=domain,
+                    precision=precision,
+                )
         return done
 
     return timed(run, "experts", work)
@@ -243,7 +328,8 @@ def stage_experts(run: StageRun, domains: list[int] | None = None, kinds: tuple[
 
 @STAGES.register("heads")
 def stage_heads(run: StageRun, domains: list[int] | None = None) -> dict:
-    """Full per-range heads for the baselines, and the global head on all of train."""
+    """Full per-domain heads for the baselines, and the global head on all of train."""
+
     def work() -> dict:
         h, y, d = run.split_tensors("train")
         vh, vy, vd = run.split_tensors("val")
@@ -251,16 +337,35 @@ def stage_heads(run: StageRun, domains: list[int] | None = None) -> dict:
         config = MODULES["head"].Config(dim=run.feature_dim, num_classes=space.num_classes)
         ce = lambda head, x, t: F.cross_entropy(head(x), t)  # noqa: E731
         done = {}
-        for domain in (domains if domains is not None else range(space.num_domains)):
+        for domain in domains if domains is not None else range(space.num_domains):
             tr, va = _domain_rows(d, domain), _domain_rows(vd, domain)
             torch.manual_seed(run.config.seed * 1000 + 100 + domain)
             done[space.domains[domain]] = _train_on_features(
-                run, "heads", run.module_dir("heads", space.domains[domain]), MODULES["head"](config), ce,
-                (h[tr], y[tr]), (vh[va], vy[va]), "head", domain, seed_offset=100 + domain)
+                run,
+                "heads",
+                run.module_dir("heads", space.domains[domain]),
+                MODULES["head"](config),
+                ce,
+                (h[tr], y[tr]),
+                (vh[va], vy[va]),
+                "head",
+                domain,
+                seed_offset=100 + domain,
+            )
         if domains is None:
             torch.manual_seed(run.config.seed * 1000 + 200)
-            done["global_full"] = _train_on_features(run, "heads", run.module_dir("heads", "global_full"),
-                                                     MODULES["head"](config), ce, (h, y), (vh, vy), "head", None, 200)
+            done["global_full"] = _train_on_features(
+                run,
+                "heads",
+                run.module_dir("heads", "global_full"),
+                MODULES["head"](config),
+                ce,
+                (h, y),
+                (vh, vy),
+                "head",
+                None,
+                200,
+            )
         return done
 
     return timed(run, "heads", work)
@@ -276,7 +381,9 @@ def make_router(run: StageRun, role: str) -> RouterBase:
     return cls.build(run, role, **options)
 
 
-def _fit_router(run: StageRun, stage: str, router: RouterBase, loss_fn: Callable, train: tuple, val: tuple, seed_offset: int) -> dict:
+def _fit_router(
+    run: StageRun, stage: str, router: RouterBase, loss_fn: Callable, train: tuple, val: tuple, seed_offset: int
+) -> dict:
     directory = run.module_dir(stage)
     if not router.training_free:
         return _train_on_features(run, stage, directory, router, loss_fn, train, val, router.kind, None, seed_offset)
@@ -294,7 +401,10 @@ def composition_loss(classifier: nn.Module, with_domain: bool) -> Callable:
     """RED's label loss through the frozen composition, as a router's training objective:
     CE(C(h + Σ_i α_i Δh_i), y) with α the router's weights and Δh (N, K, d) the frozen experts'
     updates, computed once; plus the domain loss where asked, and the router's auxiliary loss."""
-    def loss(router: RouterBase, h: torch.Tensor, y: torch.Tensor, d: torch.Tensor, updates: torch.Tensor) -> torch.Tensor:
+
+    def loss(
+        router: RouterBase, h: torch.Tensor, y: torch.Tensor, d: torch.Tensor, updates: torch.Tensor
+    ) -> torch.Tensor:
         out = router.route(h)
         label = F.cross_entropy(classifier(h + (out.weights.unsqueeze(-1) * updates).sum(dim=1)), y)
         return label + (F.cross_entropy(out.logits, d) if with_domain else 0.0) + out.aux_loss
@@ -306,6 +416,7 @@ def composition_loss(classifier: nn.Module, with_domain: bool) -> Callable:
 def stage_router(run: StageRun) -> dict:
     """RED's router: trained after the experts are frozen, on the domain label (the paper's), on the
     label loss of the frozen composition, or on both (`config.router_loss`)."""
+
     def work() -> dict:
         h, y, d = run.split_tensors("train")
         vh, vy, vd = run.split_tensors("val")
@@ -320,8 +431,15 @@ def stage_router(run: StageRun) -> dict:
         experts = [e.requires_grad_(False) for e in load_residual_experts(run)]
         with torch.no_grad():
             updates, val_updates = (torch.stack([e(x.to(run.device)) for e in experts], dim=1).cpu() for x in (h, vh))
-        return _fit_router(run, "router", router, composition_loss(classifier, objective == "label+domain"),
-                           (h, y, d, updates), (vh, vy, vd, val_updates), 300)
+        return _fit_router(
+            run,
+            "router",
+            router,
+            composition_loss(classifier, objective == "label+domain"),
+            (h, y, d, updates),
+            (vh, vy, vd, val_updates),
+            300,
+        )
 
     return timed(run, "router", work)
 
@@ -350,6 +468,7 @@ def load_heads(run: StageRun) -> list[nn.Module]:
 @STAGES.register("gate")
 def stage_gate(run: StageRun) -> dict:
     """Classical MoE: a gate trained on the task loss of Σ α_i softmax(E_i(h)), experts frozen."""
+
     def work() -> dict:
         heads = [head.requires_grad_(False) for head in load_heads(run)]
         h, y, _ = run.split_tensors("train")
@@ -362,8 +481,16 @@ def stage_gate(run: StageRun) -> dict:
             """(N, d), (N,) -> (N, K) log softmax(E_i(x))_t: the heads are frozen, so each example's
             term is computed once, not every epoch; only the target's column enters the loss."""
             x, t = x.to(run.device), t.to(run.device)
-            chunks = [torch.stack([F.log_softmax(head(x[i:i + 4096]), dim=-1).gather(1, t[i:i + 4096, None]).squeeze(1)
-                                   for head in heads], dim=1) for i in range(0, len(x), 4096)]
+            chunks = [
+                torch.stack(
+                    [
+                        F.log_softmax(head(x[i : i + 4096]), dim=-1).gather(1, t[i : i + 4096, None]).squeeze(1)
+                        for head in heads
+                    ],
+                    dim=1,
+                )
+                for i in range(0, len(x), 4096)
+            ]
             return torch.cat(chunks) if chunks else x.new_zeros(0, len(heads))
 
         def mixture_nll(g: RouterBase, x: torch.Tensor, log_p_t: torch.Tensor) -> torch.Tensor:
@@ -374,7 +501,9 @@ def stage_gate(run: StageRun) -> dict:
             log_w = g.log_weights(out)  # (B, K): dense log_softmax; a sparse router's unselected ~ -28
             return -torch.logsumexp(log_w + log_p_t, dim=1).mean() + out.aux_loss
 
-        return _fit_router(run, "gate", gate, mixture_nll, (h, target_log_probs(h, y)), (vh, target_log_probs(vh, vy)), 400)
+        return _fit_router(
+            run, "gate", gate, mixture_nll, (h, target_log_probs(h, y)), (vh, target_log_probs(vh, vy)), 400
+        )
 
     return timed(run, "gate", work)
 

@@ -1,0 +1,70 @@
+"""`redkit serve --bundle BUNDLE | --run RUN [--host --port --workers ...]`: the model over HTTP
+(redkit/serve). Needs the serve extra: pip install 'redkit[serve]'."""
+
+import argparse
+from pathlib import Path
+
+from redkit.cli.command import command
+from redkit.errors import RedkitError
+
+
+def _options(p: argparse.ArgumentParser) -> None:
+    source = p.add_mutually_exclusive_group(required=True)
+    source.add_argument("--bundle", type=Path, help="a bundle written by `redkit export` (its serving graph answers)")
+    source.add_argument(
+        "--run", type=Path, help="a trained run: exported once into --work, and kept for domain changes"
+    )
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=8000)
+    p.add_argument("--workers", type=int, default=1, help="processes, each with its own copy of the model")
+    p.add_argument("--max-batch", type=int, default=64, help="texts per request and per model call")
+    p.add_argument("--max-chars", type=int, default=2000, help="characters per text")
+    p.add_argument("--max-body-bytes", type=int, default=1_000_000)
+    p.add_argument("--batch-wait-ms", type=float, default=0.0, help="how long a batch waits for more requests")
+    p.add_argument("--threads", type=int, default=None, help="ONNX Runtime threads per process (default: every core)")
+    p.add_argument(
+        "--admin-token-env",
+        default=None,
+        metavar="NAME",
+        help="turn on POST/DELETE /v1/domains, with the bearer token in environment variable NAME "
+        "(REDKIT_ADMIN_TOKEN by default when --experts-dir is given)",
+    )
+    p.add_argument("--experts-dir", type=Path, default=None, help="where POST /v1/domains finds experts by name")
+    p.add_argument("--work", type=Path, default=None, help="where --run's bundle and new versions go (RUN.serve/)")
+
+
+@command("serve", options=_options, help="serve a bundle or a run over HTTP (FastAPI + uvicorn)", plugins=False)
+def run(args) -> None:
+    import os
+
+    try:
+        from redkit.serve.main import TOKEN_ENV, ServeConfig, bundle_of_run, serve
+    except ImportError as err:
+        raise RedkitError(
+            f"redkit serve needs the serve extra ({err.name} is missing): pip install 'redkit[serve]'"
+        ) from None
+    if args.admin_token_env:
+        token = os.environ.get(args.admin_token_env)
+        if not token:
+            raise RedkitError(f"--admin-token-env {args.admin_token_env}: that environment variable is not set")
+        os.environ[TOKEN_ENV] = token
+    admin = bool(args.admin_token_env or args.experts_dir)
+    work = args.work or (args.run.with_name(args.run.name + ".serve") if args.run else None)
+    bundle = bundle_of_run(args.run, work) if args.run else args.bundle
+    serve(
+        ServeConfig(
+            bundle=str(bundle),
+            run=str(args.run) if args.run else None,
+            host=args.host,
+            port=args.port,
+            workers=args.workers,
+            max_batch=args.max_batch,
+            max_chars=args.max_chars,
+            max_body_bytes=args.max_body_bytes,
+            batch_wait_ms=args.batch_wait_ms,
+            threads=args.threads,
+            admin=admin,
+            experts_dir=str(args.experts_dir) if args.experts_dir else None,
+            work=str(work) if work else None,
+        )
+    )

@@ -1,0 +1,79 @@
+"""Two pure-ASGI middlewares: the request body size limit and HTTP metrics.
+
+Pure ASGI (not BaseHTTPMiddleware) so they add no task per request and never buffer bodies.
+"""
+
+from __future__ import annotations
+
+import time
+
+from starlette.datastructures import Headers
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from redkit.serve.errors import ApiError, error_response
+from redkit.serve.metrics import ServerMetrics
+
+_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "DELETE", "PATCH", "OPTIONS"})
+
+
+class BodyLimitMiddleware:
+    """413 for bodies over `max_body_bytes`, without ever holding more than that (plus one chunk).
+
+    - Content-Length over the limit: answered at once, before routing; the body is never read by the app.
+      (uvicorn's h11 protocol then discards the unread body as it arrives, keeping the connection usable.)
+    - No Content-Length (chunked): bytes are counted as the app reads them; the read that crosses the limit
+      raises ApiError(413), which the app's error handler turns into the usual JSON error.
+    """
+
+    def __init__(self, app: ASGIApp, max_body_bytes: int) -> None:
+        self.app, self.max_body_bytes = app, max_body_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        declared = Headers(scope=scope).get("content-length")
+        if declared is not None and declared.isdigit() and int(declared) > self.max_body_bytes:
+            response = error_response(413, f"request body is over {self.max_body_bytes} bytes")
+            await response(scope, receive, send)
+            return
+        received = 0
+
+        async def limited_receive() -> Message:
+            nonlocal received
+            message = await receive()
+            if message["type"] == "http.request":
+                received += len(message.get("body", b""))
+                if received > self.max_body_bytes:
+                    raise ApiError(413, f"request body is over {self.max_body_bytes} bytes")
+            return message
+
+        await self.app(scope, limited_receive, send)
+
+
+class MetricsMiddleware:
+    """Counts every HTTP request by route template (not raw path: bounded label cardinality) and times it."""
+
+    def __init__(self, app: ASGIApp, metrics: ServerMetrics) -> None:
+        self.app, self.metrics = app, metrics
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        start = time.perf_counter()
+        status = 500  # if the app raises before answering, ServerErrorMiddleware (outside us) sends a 500
+
+        async def send_and_record(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_and_record)
+        finally:
+            route = getattr(scope.get("route"), "path", None) or "<unmatched>"
+            method = scope["method"] if scope["method"] in _METHODS else "OTHER"
+            self.metrics.requests.inc(route, method, str(status))
+            self.metrics.latency.observe(time.perf_counter() - start, route)
