@@ -17,7 +17,9 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--run", required=True)
     p.add_argument("--bundle", required=True)
-    p.add_argument("--split", default="test")
+    p.add_argument(
+        "--split", default="test", help="a split of the run, or oos_test / oos_val (CLINC150's out-of-scope queries)"
+    )
     p.add_argument("--batch", type=int, default=64)
     args = p.parse_args()
 
@@ -27,7 +29,10 @@ def main() -> None:
 
     load_plugins()
     fitted = redkit.load(args.run)
-    texts = [example.question for example in fitted.run.splits[args.split]]  # the text, whatever the kind
+    if args.split.startswith("oos_"):
+        texts = list(fitted.run.oos_texts[args.split])
+    else:
+        texts = [example.question for example in fitted.run.splits[args.split]]  # the text, whatever the kind
     start = time.perf_counter()
     expected = fitted.predict(texts)
     run_seconds = time.perf_counter() - start

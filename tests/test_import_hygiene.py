@@ -27,7 +27,7 @@ names = []
 for package in (redkit, redkit_experiments):
     root = pathlib.Path(package.__file__).parent
     names += sorted(".".join((package.__name__,) + f.relative_to(root).with_suffix("").parts).removesuffix(".__init__")
-                    for f in root.rglob("*.py") if f.relative_to(root).parts[0] not in ("cli", "cli.py", "serve"))
+                    for f in root.rglob("*.py") if not {"cli", "cli.py", "serve"} & set(f.relative_to(root).parts))
 for name in names:
     importlib.import_module(name)
 print(json.dumps({"before": before, "after": state(), "imported": len(names),

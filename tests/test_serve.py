@@ -38,6 +38,7 @@ QUERIES = [
     "cancel the hotel",
     "x",
     "transfer money to my savings account please, today if possible, thank you very much",
+    "tell me about the weather on mars",
 ]
 
 
@@ -52,8 +53,19 @@ def served(tmp_path_factory) -> dict[str, Path]:
     tech.mkdir()
     rows = [r for r in topic_records(600, 5, 3, seed=11) if r["domain"] == "tech"][:60]
     (tech / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    # Out-of-scope validation texts: the run records an OOS threshold, which the serving graph must apply too.
+    oos = root / "oos.jsonl"
+    subjects = [
+        "the weather on mars",
+        "a poem about rain",
+        "the capital of peru",
+        "chess openings",
+        "how tall giraffes get",
+    ]
+    oos.write_text("".join(json.dumps({"text": f"tell me about {s} {i}"}) + "\n" for i in range(6) for s in subjects))
     with contextlib.redirect_stdout(io.StringIO()):
-        assert main(["fit", "--data", str(data), "--out", str(root / "run"), "--max-epochs", "4"]) == 0
+        fit = ["fit", "--data", str(data), "--out", str(root / "run"), "--max-epochs", "4", "--oos", str(oos)]
+        assert main(fit) == 0
         assert main(["export", "--run", str(root / "run"), "--out", str(root / "bundle")]) == 0
         experts = root / "experts"
         assert (
@@ -85,9 +97,11 @@ def test_the_bundle_answers_as_the_run_whatever_the_batch(served):
         together = client.post("/v1/predict", json={"texts": QUERIES}).json()["predictions"]
         alone = [client.post("/v1/predict", json={"texts": [q]}).json()["predictions"][0] for q in QUERIES]
         info = client.get("/v1/info").json()
+    assert info["out_of_scope"]["threshold"] is not None  # the run's rule travelled, whatever its score needs
+    assert {want.out_of_scope for want in expected} <= {True, False}
     for answers in (together, alone):
         for want, got in zip(expected, answers):
-            assert got["label"] == want.label
+            assert got["label"] == want.label and got["out_of_scope"] == want.out_of_scope
             assert abs(got["probability"] - want.probability) < 1e-5
             assert all(abs(got["weights"][d] - w) < 1e-5 for d, w in want.weights.items())
     assert info["domains"] == list(redkit.load(served["run"]).domains) and info["version"] == 1

@@ -39,9 +39,6 @@ from redkit.modules.store import CONFIG, WEIGHTS, module_exists, parse_meta
 
 HEADS = "heads"  # modules/heads/: exported only when asked for
 OOS = "oos.json"  # redkit/oos/evaluate.py OOS_FILE (not imported: it needs torch)
-# The OOS scores a bundle can compute, from a composition's output alone (redkit/api.py); knn, knn_domain,
-# knn_pretrained and views compare a text with the run's training features, which a bundle does not carry.
-OOS_WITHOUT_DATA = ("msp", "router", "product")
 
 
 def _modules(run: Path, heads: bool) -> list[Path]:
@@ -102,17 +99,21 @@ def _oos_thresholds(run: Path, tmp: Path) -> dict[str, str]:
     chosen = read_json(run / OOS, "an OOS threshold file")
     if not isinstance(chosen, dict):
         raise RedkitError(f"{run / OOS}: not an OOS threshold file (expected a JSON object)")
-    kept = {n: c for n, c in chosen.items() if isinstance(c, dict) and c.get("score") in OOS_WITHOUT_DATA}
+    from redkit.oos.scores import OUTPUT_SCORES  # those of a composition's output alone
+
+    kept = {n: c for n, c in chosen.items() if isinstance(c, dict) and c.get("score") in OUTPUT_SCORES}
     if kept:
         write_json(tmp / OOS, kept)
     return {n: c.get("score") if isinstance(c, dict) else None for n, c in chosen.items() if n not in kept}
 
 
-def _serving_graph(run: Path, tmp: Path, wanted: bool, composition: str = "red") -> tuple[list[Path], str | None]:
+def _serving_graph(
+    run: Path, tmp: Path, wanted: bool, with_oos: bool = True, composition: str = "red"
+) -> tuple[list[Path], str | None]:
     """serving/: the run's `red` as one ONNX graph with its tokenizer (redkit/bundle/graph.py), where
     the run's kind answers texts that way; returns (the files written, why none were)."""
     if not wanted:
-        return [], "not asked for (--no-serving)"
+        return [], "not asked for (--no-serving-graph)"
     from redkit.run import open_run
 
     opened = open_run(run)
@@ -124,14 +125,19 @@ def _serving_graph(run: Path, tmp: Path, wanted: bool, composition: str = "red")
         from redkit.bundle.graph import export_serving
     except ImportError as err:
         return [], f"{err.name} is not installed (pip install 'redkit[serve]')"
-    kept = read_json(tmp / OOS, "an OOS threshold file") if (tmp / OOS).is_file() else {}  # _oos_thresholds'
-    export_serving(opened, tmp / SERVING, composition, oos=kept.get(composition), print_fn=lambda *a: None)
+    chosen = read_json(run / OOS, "an OOS threshold file") if (run / OOS).is_file() else {}
+    oos = chosen.get(composition) if with_oos else None
+    export_serving(opened, tmp / SERVING, composition, oos=oos, print_fn=lambda *a: None)
     return [Path(SERVING, name) for name in (GRAPH, TOKENIZER, SETTINGS)], None
 
 
-def export_bundle(run: str | Path, out: str | Path, heads: bool = False, serving: bool = True) -> dict:
-    """Write the bundle of `run` to `out` (which must not exist); returns its manifest. `serving`:
-    with the serving graph (ONNX) where the run's kind has one."""
+def export_bundle(
+    run: str | Path, out: str | Path, heads: bool = False, serving: bool = True, serving_oos: bool = True
+) -> dict:
+    """Write the bundle of `run` to `out` (which must not exist); returns its manifest. `serving`: with
+    the serving graph (ONNX) where the run's kind has one; `serving_oos`: with the run's OOS score in
+    it (a nearest-neighbour score brings the training features and the pretrained backbone: about
+    twice the compute per query)."""
     run, out = Path(run), Path(out)
     if is_bundle(run):
         raise RedkitError(f"{run}: already a bundle; export from the run it was made from")
@@ -160,7 +166,10 @@ def export_bundle(run: str | Path, out: str | Path, heads: bool = False, serving
             shutil.copyfile(source, tmp / relative)
         write_json(tmp / "config.json", config)
         oos_left_out = _oos_thresholds(run, tmp)
-        graph, no_graph = _serving_graph(run, tmp, serving)
+        graph, no_graph = _serving_graph(run, tmp, serving, serving_oos)
+        served = read_json(tmp / SERVING / SETTINGS, "serving settings") if graph else {}
+        if served.get("oos"):  # the serving graph carries its composition's OOS score, whatever it needs
+            oos_left_out.pop(served["composition"], None)
         written = [Path("config.json"), *([Path(OOS)] if (tmp / OOS).is_file() else []), *graph]
         files = {str(rel): file_entry(tmp / rel) for rel in sorted([*written, *copies])}
         manifest = {
@@ -174,6 +183,7 @@ def export_bundle(run: str | Path, out: str | Path, heads: bool = False, serving
             "source": {"run": str(run.resolve()), "git_commit": (results.get("provenance") or {}).get("git_commit")},
             **({"oos_left_out": oos_left_out} if oos_left_out else {}),
             **({"no_serving_graph": no_graph} if no_graph else {}),
+            **({"serving": {"composition": served["composition"], "oos": served["oos"]}} if graph else {}),
         }
         write_json(tmp / MANIFEST, manifest)  # last: a directory with a manifest is a complete bundle
         tmp.rename(out)
@@ -197,5 +207,13 @@ def describe(out: Path, manifest: dict) -> str:
         if left_out
         else ""
     )
-    graph = f"; no serving graph: {manifest['no_serving_graph']}" if manifest.get("no_serving_graph") else ""
+    serving = manifest.get("serving")
+    graph = (
+        f"; no serving graph: {manifest['no_serving_graph']}"
+        if manifest.get("no_serving_graph")
+        else f"; serving graph: {serving['composition']}"
+        + (f", out of scope by {serving['oos']['score']}" if serving and serving.get("oos") else ", no OOS threshold")
+        if serving
+        else ""
+    )
     return f"wrote {out}: {len(manifest['files'])} files, {size / 1e6:.1f} MB, {heads}{oos}{graph}"

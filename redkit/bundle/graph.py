@@ -14,7 +14,11 @@ so the server needs neither transformers nor torch.
     serving/serving.json     labels, domains, composition, max_length, the backbone fingerprint, the OOS rule
 """
 
+import contextlib
+import io
+import logging
 import time
+import warnings
 from pathlib import Path
 
 import torch
@@ -23,12 +27,14 @@ from torch import nn
 from redkit.atomic import atomic_path, write_json
 from redkit.bundle.manifest import GRAPH, SETTINGS, TOKENIZER
 from redkit.errors import RedkitError
+from redkit.oos.scores import OUTPUT_SCORES
 
 
 class ServingGraph(nn.Module):
-    """(input_ids, attention_mask) -> (probs (B, C), weights (B, K)) of `composition` on `run`."""
+    """(input_ids, attention_mask) -> probs (B, C), weights (B, K) of `composition` on `run`, and, where
+    `oos` ({score, threshold[, stats]}, the run's oos.json entry) is given, that OOS score (B,)."""
 
-    def __init__(self, run, composition: str = "red"):
+    def __init__(self, run, composition: str = "red", oos: dict | None = None):
         super().__init__()
         from redkit.compositions import ModuleSet, compose
 
@@ -41,13 +47,74 @@ class ServingGraph(nn.Module):
         self.router = self.modules_.router()
         compose(composition, self.modules_, torch.zeros(1, d), torch.zeros(1, dtype=torch.long))
         self.held = nn.ModuleList(self.modules_._loaded.values())
+        self.oos_score = oos["score"] if oos else None
+        self.stats = {name: tuple(v) for name, v in (oos or {}).get("stats", {}).items()} or None
+        if self.oos_score is not None and self.oos_score not in OUTPUT_SCORES:
+            # The nearest-neighbour scores compare a query with the training texts, in the tuned space and
+            # in the pretrained backbone's: both banks and the pretrained backbone travel inside the graph.
+            from redkit.oos.evaluate import views_of
+            from redkit.references.linear_probe import frozen_backbone
 
-    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+            views = views_of(run)
+            self.pretrained = frozen_backbone(run)
+            self.register_buffer("bank", views.bank.float())  # (M, d)
+            self.register_buffer("bank_domains", views.bank_domains)  # (M,)
+            self.register_buffer("pretrained_bank", views.pretrained_bank.float())  # (M, d')
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        from redkit.oos.evaluate import Views, composition_scores
+        from redkit.oos.scores import score_table
+
         h = self.backbone(input_ids, attention_mask)  # (B, d)
         alpha = self.router.route(h).probs  # (B, K)
         # The router's top domain stands in for the true one (as FittedRun.predict does).
         composed = self._compose(self.composition, self.modules_, h, alpha.argmax(dim=-1))
-        return composed.probs, composed.weights if composed.weights is not None else alpha
+        weights = composed.weights if composed.weights is not None else alpha
+        if self.oos_score is None:
+            return composed.probs, weights
+        if self.oos_score in OUTPUT_SCORES:
+            scores = score_table(composed.probs, composed.weights)
+        else:  # the same function FittedRun.predict and the OOS evaluation score with
+            views = Views(self.bank, self.bank_domains, self.pretrained_bank)
+            f = self.pretrained(input_ids, attention_mask)  # (B, d') the pretrained view
+            scores = composition_scores(composed, h, f, views, self.stats, chunk=None)  # symbolic batch: no chunks
+        return composed.probs, weights, scores[self.oos_score]
+
+
+CHECK_TEXTS = ["one", "a second text, of another length", "and a third: batch 3, not the example's 2"]
+
+
+def _check(graph: ServingGraph, path: Path, backbone) -> None:
+    """The exported graph, run by ONNX Runtime on another batch size and length than the example it was
+    traced with, answers as the module does: a dimension the exporter fixed, or an operator it
+    translated wrongly, is an error here rather than a served model that fails or errs later."""
+    import onnxruntime
+
+    enc = backbone.tokenize(CHECK_TEXTS)
+    with torch.no_grad():
+        want = [t.numpy() for t in graph(enc["input_ids"], enc["attention_mask"])]
+    try:
+        session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+        got = session.run(
+            None, {"input_ids": enc["input_ids"].numpy(), "attention_mask": enc["attention_mask"].numpy()}
+        )
+    except Exception as err:  # onnxruntime's own errors: a fixed dimension, an unsupported operator
+        raise RedkitError(
+            f"the exported serving graph does not run on a batch of 3: {str(err).splitlines()[0]}"
+        ) from None
+    worst = max(float(abs(g - w).max()) for g, w in zip(got, want))
+    if worst > 1e-4:
+        raise RedkitError(f"the exported serving graph differs from the run by {worst:.2e} (more than 1e-4)")
+
+
+@contextlib.contextmanager
+def _quiet_logger(name: str):
+    logger = logging.getLogger(name)
+    level, logger.level = logger.level, logging.ERROR
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
 
 
 def _tokenizer_json(backbone) -> str:
@@ -65,14 +132,19 @@ def _tokenizer_json(backbone) -> str:
 
 def export_serving(run, directory: Path, composition: str = "red", oos: dict | None = None, print_fn=print) -> dict:
     """Write model.onnx, tokenizer.json and serving.json of `run` into `directory`; returns serving.json.
-    `oos`: the composition's OOS rule ({score, threshold}) where its score comes from the graph's
-    outputs alone (msp, router, product: redkit/bundle/export.py decides)."""
+    `oos`: the composition's OOS rule (the run's oos.json entry): the graph then also outputs its score.
+    A nearest-neighbour score (knn, knn_domain, knn_pretrained, views) brings the training features
+    and, for the pretrained view, the untuned backbone into the graph."""
     start = time.perf_counter()
-    graph = ServingGraph(run, composition).eval()
+    graph = ServingGraph(run, composition, oos).eval()
     example = run.backbone.tokenize(["a first example text", "a second, longer example text of a few words"])
     batch, length = torch.export.Dim("batch"), torch.export.Dim("length")
     directory.mkdir(parents=True, exist_ok=True)
-    with torch.no_grad():
+    # The exporter narrates every pass on stdout and warns about optional packages (torchvision) and
+    # renamed axes: none of it concerns a user, whose check is the graph's answers (tests/test_serve.py).
+    quiet = contextlib.redirect_stdout(io.StringIO()), warnings.catch_warnings()
+    with torch.no_grad(), quiet[0], quiet[1], _quiet_logger("torch.onnx"):
+        warnings.simplefilter("ignore")
         program = torch.onnx.export(
             graph,
             (example["input_ids"], example["attention_mask"]),
@@ -80,11 +152,12 @@ def export_serving(run, directory: Path, composition: str = "red", oos: dict | N
             opset_version=20,
             dynamic_shapes=({0: batch, 1: length}, {0: batch, 1: length}),
             input_names=["input_ids", "attention_mask"],
-            output_names=["probs", "weights"],
+            output_names=["probs", "weights"] + (["oos_score"] if oos else []),
             verbose=False,
         )
     with atomic_path(directory / GRAPH) as tmp:
         program.save(str(tmp))
+        _check(graph, tmp, run.backbone)
     with atomic_path(directory / TOKENIZER) as tmp:
         tmp.write_text(_tokenizer_json(run.backbone))
     space = run.space

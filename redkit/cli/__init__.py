@@ -80,7 +80,8 @@ def build_parser(plugin_commands: bool = True) -> tuple[argparse.ArgumentParser,
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     try:
-        parser, parsers = build_parser(plugin_commands=not (argv and argv[0] in COMMANDS))
+        own = bool(argv) and argv[0] in COMMANDS and not COMMANDS[argv[0]].group  # a group's sub-commands are plug-ins'
+        parser, parsers = build_parser(plugin_commands=not own)
         if argv and argv[0] in parsers and not COMMANDS[argv[0]].group:
             apply_config(parsers[argv[0]], argv[1:])
         args = parser.parse_args(argv)

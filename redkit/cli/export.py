@@ -15,6 +15,15 @@ def _options(p: argparse.ArgumentParser) -> None:
         action="store_true",
         help="also the full per-domain and global heads, which moe, oracle, uniform and global_head need",
     )
+    p.add_argument(
+        "--no-serving-graph", action="store_true", help="leave out the ONNX graph `redkit serve` answers with"
+    )
+    p.add_argument(
+        "--serving-without-oos",
+        action="store_true",
+        help="a serving graph without the run's OOS score (out_of_scope null): one encoder instead of two where the "
+        "score compares with the training texts, about twice as fast",
+    )
 
 
 @command(
@@ -23,4 +32,11 @@ def _options(p: argparse.ArgumentParser) -> None:
 def run(args) -> None:
     from redkit.bundle.export import describe, export_bundle
 
-    print(describe(args.out, export_bundle(args.run, args.out, heads=args.heads)))
+    manifest = export_bundle(
+        args.run,
+        args.out,
+        heads=args.heads,
+        serving=not args.no_serving_graph,
+        serving_oos=not args.serving_without_oos,
+    )
+    print(describe(args.out, manifest))

@@ -31,6 +31,8 @@ def _options(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--experts-dir", type=Path, default=None, help="where POST /v1/domains finds experts by name")
     p.add_argument("--work", type=Path, default=None, help="where --run's bundle and new versions go (RUN.serve/)")
+    p.add_argument("--ray", action="store_true", help="serve as Ray Serve replicas instead (pip install 'redkit[ray]')")
+    p.add_argument("--replicas", type=int, default=2, help="with --ray: how many replicas")
 
 
 @command("serve", options=_options, help="serve a bundle or a run over HTTP (FastAPI + uvicorn)", plugins=False)
@@ -51,20 +53,24 @@ def run(args) -> None:
     admin = bool(args.admin_token_env or args.experts_dir)
     work = args.work or (args.run.with_name(args.run.name + ".serve") if args.run else None)
     bundle = bundle_of_run(args.run, work) if args.run else args.bundle
-    serve(
-        ServeConfig(
-            bundle=str(bundle),
-            run=str(args.run) if args.run else None,
-            host=args.host,
-            port=args.port,
-            workers=args.workers,
-            max_batch=args.max_batch,
-            max_chars=args.max_chars,
-            max_body_bytes=args.max_body_bytes,
-            batch_wait_ms=args.batch_wait_ms,
-            threads=args.threads,
-            admin=admin,
-            experts_dir=str(args.experts_dir) if args.experts_dir else None,
-            work=str(work) if work else None,
-        )
+    config = ServeConfig(
+        bundle=str(bundle),
+        run=str(args.run) if args.run else None,
+        host=args.host,
+        port=args.port,
+        workers=args.workers,
+        max_batch=args.max_batch,
+        max_chars=args.max_chars,
+        max_body_bytes=args.max_body_bytes,
+        batch_wait_ms=args.batch_wait_ms,
+        threads=args.threads,
+        admin=admin,
+        experts_dir=str(args.experts_dir) if args.experts_dir else None,
+        work=str(work) if work else None,
     )
+    if args.ray:
+        from redkit.serve.replicas import serve_with_ray
+
+        serve_with_ray(config, args.replicas)
+    else:
+        serve(config)

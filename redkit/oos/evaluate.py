@@ -38,15 +38,21 @@ def views_of(run) -> Views:
 
 
 def composition_scores(
-    composed, h: torch.Tensor, pretrained: torch.Tensor, views: Views, stats: dict | None = None
+    composed,
+    h: torch.Tensor,
+    pretrained: torch.Tensor,
+    views: Views,
+    stats: dict | None = None,
+    chunk: int | None = 2048,
 ) -> dict[str, torch.Tensor]:
     """{score: (N,)} of one composition's output on queries with tuned features h (N, d) and pretrained
     ones (N, d'): score_table's, the three nearest-neighbour scores, and `views` where `stats` (the
     standardising statistics chosen on val) are given. knn_domain needs the router's weights."""
-    scores = score_table(composed.probs, composed.weights, h, views.bank)
-    scores["knn_pretrained"] = nearest_similarity(pretrained, views.pretrained_bank)
+    scores = score_table(composed.probs, composed.weights, h, views.bank, chunk)
+    scores["knn_pretrained"] = nearest_similarity(pretrained, views.pretrained_bank, chunk)
     if composed.weights is not None:
-        scores["knn_domain"] = nearest_in_domain(h, composed.weights.argmax(dim=-1), views.bank, views.bank_domains)
+        domains = composed.weights.argmax(dim=-1)
+        scores["knn_domain"] = nearest_in_domain(h, domains, views.bank, views.bank_domains, chunk)
         if stats is not None:
             scores["views"] = standardised_sum(scores, stats)
     return scores

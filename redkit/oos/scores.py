@@ -20,29 +20,44 @@ import torch
 from torch.nn import functional as F
 
 VIEWS = ("knn_domain", "knn_pretrained")  # what `views` adds up
+OUTPUT_SCORES = ("msp", "router", "product")  # from a composition's output alone: no training features needed
 
 
-def nearest_similarity(h: torch.Tensor, bank: torch.Tensor, chunk: int = 2048) -> torch.Tensor:
+def _parts(x: torch.Tensor, chunk: int | None) -> tuple[torch.Tensor, ...]:
+    """x in row chunks, to bound the (chunk, M) similarity matrix; None: whole (an exported graph, whose
+    batch size is symbolic, cannot split by it)."""
+    return x.split(chunk) if chunk else (x,)
+
+
+def nearest_similarity(h: torch.Tensor, bank: torch.Tensor, chunk: int | None = 2048) -> torch.Tensor:
     """(N,) cosine similarity of each row of h (N, d) to its nearest row of bank (M, d)."""
     bank = F.normalize(bank.float(), dim=-1)
-    return torch.cat([(F.normalize(part.float(), dim=-1) @ bank.T).max(dim=-1).values for part in h.split(chunk)])
+    return torch.cat([(F.normalize(part.float(), dim=-1) @ bank.T).max(dim=-1).values for part in _parts(h, chunk)])
 
 
 def nearest_in_domain(
-    h: torch.Tensor, domains: torch.Tensor, bank: torch.Tensor, bank_domains: torch.Tensor, chunk: int = 2048
+    h: torch.Tensor,
+    domains: torch.Tensor,
+    bank: torch.Tensor,
+    bank_domains: torch.Tensor,
+    chunk: int | None = 2048,
 ) -> torch.Tensor:
     """(N,) cosine similarity of each row of h (N, d) to its nearest row of bank (M, d) among those of
     its own domain: `domains` (N,) and `bank_domains` (M,) index the same domains."""
     bank = F.normalize(bank.float(), dim=-1)
     out = []
-    for part, part_domains in zip(h.split(chunk), domains.split(chunk)):
+    for part, part_domains in zip(_parts(h, chunk), _parts(domains, chunk)):
         sims = F.normalize(part.float(), dim=-1) @ bank.T  # (n, M)
         out.append(sims.masked_fill(part_domains[:, None] != bank_domains[None, :], -2.0).max(dim=-1).values)
     return torch.cat(out) if out else h.new_zeros(0)
 
 
 def score_table(
-    probs: torch.Tensor, weights: torch.Tensor | None, h: torch.Tensor | None = None, bank: torch.Tensor | None = None
+    probs: torch.Tensor,
+    weights: torch.Tensor | None,
+    h: torch.Tensor | None = None,
+    bank: torch.Tensor | None = None,
+    chunk: int | None = 2048,
 ) -> dict[str, torch.Tensor]:
     """{score name: (N,)} of one composition's probs (N, C), expert weights (N, K) or None, and,
     where given, its features h (N, d) against the training features `bank` (M, d)."""
@@ -52,7 +67,7 @@ def score_table(
         router = weights.max(dim=-1).values
         scores |= {"router": router, "product": msp * router}
     if h is not None and bank is not None:
-        scores["knn"] = nearest_similarity(h, bank)
+        scores["knn"] = nearest_similarity(h, bank, chunk)
     return scores
 
 

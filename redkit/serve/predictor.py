@@ -15,14 +15,8 @@ from pathlib import Path
 
 import numpy as np
 
-from redkit.bundle.manifest import GRAPH, MANIFEST, SERVING, SETTINGS, TOKENIZER, read_manifest, verify_files
+from redkit.bundle.manifest import GRAPH, SERVING, SETTINGS, TOKENIZER, read_manifest, verify_bundle
 from redkit.errors import RedkitError
-
-
-def _score(rule: dict, probs: np.ndarray, weights: np.ndarray) -> np.ndarray:
-    """(B,) the OOS score `rule` names, from the graph's outputs (as redkit.oos.scores.score_table)."""
-    msp, top = probs.max(axis=1), weights.max(axis=1)
-    return {"msp": msp, "router": top, "product": msp * top}[rule["score"]]
 
 
 @dataclass(frozen=True)
@@ -43,7 +37,9 @@ class BundlePredictor:
         from tokenizers import Tokenizer
 
         bundle = Path(bundle)
-        manifest = read_manifest(bundle)
+        # Every listed file present and intact, nothing unlisted where modules load from: a damaged bundle
+        # is refused whole, as `redkit eval` refuses it, never served with one part altered.
+        manifest = verify_bundle(bundle)
         names = [f"{SERVING}/{name}" for name in (GRAPH, TOKENIZER, SETTINGS)]
         missing = [n for n in names if n not in manifest["files"]]
         if missing:
@@ -51,7 +47,6 @@ class BundlePredictor:
                 f"{bundle}: no serving graph in this bundle ({missing[0]} is not in its manifest); "
                 "export it again with this redkit (`redkit export --run RUN --out BUNDLE`)"
             )
-        verify_files(bundle, {n: manifest["files"][n] for n in names}, bundle / MANIFEST, "re-export the bundle")
         settings = json.loads((bundle / SERVING / SETTINGS).read_text())
         options = onnxruntime.SessionOptions()
         # "basic" graph optimisations measured fastest for this encoder on CPU; threads: all cores by default.
@@ -71,22 +66,17 @@ class BundlePredictor:
     def domains(self) -> list[str]:
         return self.settings["domains"]
 
-    def outputs(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
-        """(probs (B, C), weights (B, K)) of the bundle's composition."""
+    def outputs(self, texts: list[str]) -> list[np.ndarray]:
+        """probs (B, C), weights (B, K) of the bundle's composition, and its OOS score (B,) where it has a rule."""
         encodings = self.tokenizer.encode_batch(list(texts))
         ids = np.array([e.ids for e in encodings], dtype=np.int64)  # (B, T), padded to the longest
         mask = np.array([e.attention_mask for e in encodings], dtype=np.int64)
-        probs, weights = self.session.run(None, {"input_ids": ids, "attention_mask": mask})
-        return probs, weights
+        return self.session.run(None, {"input_ids": ids, "attention_mask": mask})
 
     def predict(self, texts: list[str]) -> list[dict]:
-        probs, weights = self.outputs(texts)
-        rule = self.settings.get("oos") or {}
-        rejected = (
-            (_score(rule, probs, weights) < rule["threshold"]).tolist()
-            if rule.get("threshold") is not None
-            else [None] * len(texts)
-        )
+        probs, weights, *score = self.outputs(texts)
+        rule = self.settings.get("oos")
+        rejected = (score[0] < rule["threshold"]).tolist() if rule and score else [None] * len(texts)
         best = probs.argmax(axis=1)
         return [
             {

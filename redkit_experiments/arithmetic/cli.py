@@ -62,16 +62,6 @@ def run_config(args: argparse.Namespace, task: str, data_task: str | None = None
     return staged_settings(config, args)
 
 
-def reproduce(out: Path, config, eval_files: tuple[Path, ...] = (), print_fn=print, nproc: int = 1) -> dict:
-    """A Task 1/2 run (or any TaskRun config) end to end into `out`."""
-    from redkit.pipeline import run_pipeline
-    from redkit.train.distributed import check_run_nproc
-    from redkit_experiments.arithmetic.run import TaskRun
-
-    check_run_nproc(out, config, nproc)  # before anything is written
-    return run_pipeline(TaskRun(out, config), eval_files, print_fn, nproc=nproc)
-
-
 def _text_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", type=Path, default=None, help="run directory (default runs/<task>[-random])")
     p.add_argument(
@@ -116,6 +106,8 @@ def _text_benchmark(task: str):
     @sub_command(BENCHMARKS, task, _text_options)
     def run(args) -> None:
         out = args.out or Path("runs") / (task + ("" if args.split == "structure" else f"-{args.split}"))
+        from redkit_experiments.arithmetic.run import reproduce
+
         reproduce(out, text_config(args, task), tuple(args.eval_files), nproc=args.nproc)
 
 

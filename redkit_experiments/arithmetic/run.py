@@ -108,3 +108,12 @@ class TaskRun(TextRun):
         from redkit_experiments.arithmetic.vocabulary import parse_domain
 
         return parse_domain(name) if self.space == ANSWER_RANGES else super().domain_index(name)
+
+
+def reproduce(out: Path, config, eval_files: tuple[Path, ...] = (), print_fn=print, nproc: int = 1) -> dict:
+    """A Task 1/2 run (or any TaskRun config) end to end into `out`."""
+    from redkit.pipeline import run_pipeline
+    from redkit.train.distributed import check_run_nproc
+
+    check_run_nproc(out, config, nproc)  # before anything is written
+    return run_pipeline(TaskRun(out, config), eval_files, print_fn, nproc=nproc)

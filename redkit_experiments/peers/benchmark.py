@@ -253,8 +253,7 @@ def _load_xlora(
 def finished_run(out: Path, task: str, make_config: Callable[[], object]):
     """The finished text run in `out`, made first (`reproduce task1|task2` with `make_config()`) if it
     has no results.json yet."""
-    from redkit_experiments.arithmetic.cli import reproduce
-    from redkit_experiments.arithmetic.run import TaskRun
+    from redkit_experiments.arithmetic.run import TaskRun, reproduce
 
     if not (out / "results.json").is_file():
         reproduce(out, make_config())

@@ -25,9 +25,8 @@ from sklearn.metrics import f1_score
 
 from redkit.compositions import ModuleSet, compose
 from redkit.errors import RedkitError
-from redkit_experiments.arithmetic.cli import reproduce
 from redkit_experiments.arithmetic.generate import DataConfig
-from redkit_experiments.arithmetic.run import RunConfig, TaskRun
+from redkit_experiments.arithmetic.run import RunConfig, TaskRun, reproduce
 from redkit_experiments.arithmetic.tasks import TASKS
 from redkit_experiments.digits import reproduce_digits
 from redkit_experiments.digits.config import DigitsConfig
