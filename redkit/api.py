@@ -131,7 +131,13 @@ class FittedRun:
         names = list(compositions or self.compositions()[0])
         for name in names:
             COMPOSITIONS[name]  # unknown names fail before any work
-        return self.run.evaluate_file(Path(path), names)
+        own = self.run.evaluate_file(Path(path), names)  # a kind that evaluates otherwise (steps)
+        if own is not None:
+            return own
+        from redkit.compositions import ModuleSet
+        from redkit.evaluate import evaluate_file
+
+        return evaluate_file(self.run, ModuleSet(self.run), Path(path), names)
 
 
 def load(path: str | Path) -> FittedRun:

@@ -243,3 +243,5 @@ def test_a_domain_is_added_and_removed_while_queries_are_answered(served, tmp_pa
 def test_serve_cli_refuses_what_it_cannot_do_in_one_line(served, capsys):
     code, _, err = run_cli(["serve", "--bundle", served["bundle"], "--workers", "2", "--experts-dir", "x"], capsys)
     assert code == 2 and len(err.strip().splitlines()) == 1 and "admin routes" in err
+    code, _, err = run_cli(["serve", "--bundle", served["bundle"], "--max-batch", "0"], capsys)
+    assert code == 2 and err.strip() == "redkit: error: --max-batch 0: must be at least 1"

@@ -27,7 +27,7 @@ SERVING = "serving"
 GRAPH, TOKENIZER, SETTINGS = "model.onnx", "tokenizer.json", "serving.json"
 FORMAT = 1  # the bundle layout this redkit writes and the newest it reads
 READ = ("config.json", "oos.json", "timings.json", "results.json")  # what a bundle's run reads beside its modules
-LOADED = ("modules", "decomposer")  # folders whose files a bundle's run loads as modules
+LOADED = ("modules", "decomposer", SERVING)  # folders whose files a bundle loads (as modules, or its serving graph)
 
 
 def redkit_version() -> str:

@@ -70,14 +70,22 @@ def _served(path: Path, composition: str) -> Served | None:
     """The bundle's serving graph where it answers `composition`; else None (the run's modules answer)."""
     from redkit.bundle.manifest import SERVING, SETTINGS, is_bundle, read_manifest
 
-    if not is_bundle(path) or f"{SERVING}/{SETTINGS}" not in read_manifest(path)["files"]:
+    if not is_bundle(path):
+        return None
+    manifest = read_manifest(path)
+    if (
+        f"{SERVING}/{SETTINGS}" not in manifest["files"]
+        or manifest.get("serving", {}).get("composition") != composition
+    ):
         return None
     try:
-        from redkit.serve.predictor import BundlePredictor
-    except ImportError:  # onnxruntime or tokenizers absent (pip install 'redkit[serve]'): the run's modules answer
+        import onnxruntime  # noqa: F401
+        import tokenizers  # noqa: F401
+    except ImportError:  # not installed (pip install 'redkit[serve]'): the run's modules answer
         return None
-    predictor = BundlePredictor.open(path)
-    return Served(predictor) if predictor.settings["composition"] == composition else None
+    from redkit.serve.predictor import BundlePredictor
+
+    return Served(BundlePredictor.open(path))
 
 
 @command(

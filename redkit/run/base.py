@@ -266,12 +266,10 @@ class Run:
         steps run decomposes and executes); None: the API's own (redkit/api.py)."""
         return None
 
-    def evaluate_file(self, path: Path, names: list[str]) -> dict:
-        """{composition: metrics} of every composition of `names` on a file this run reads."""
-        from redkit.compositions import ModuleSet
-        from redkit.evaluate import evaluate_file
-
-        return evaluate_file(self, ModuleSet(self), path, names)
+    def evaluate_file(self, path: Path, names: list[str]) -> dict | None:
+        """{composition: metrics} of a kind that evaluates a file otherwise than every composition over
+        its features (a steps run decomposes and executes); None: redkit.evaluate.evaluate_file's."""
+        return None
 
     def label_details(self, label) -> dict:
         """What to say of a predicted label beside it (Task 1/2: its answer range)."""

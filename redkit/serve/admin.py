@@ -1,4 +1,5 @@
-"""Admin routes: add and remove domains while serving (redkit/serve/lifecycle.py), by swapping the predictor.
+"""Admin routes: add and remove domains while serving, by swapping the predictor. What a change does is
+given to the routes (redkit/serve/lifecycle.py DomainChanges, from redkit/serve/main.py), not imported.
 
 Mounted only when an admin token is configured; without one they do not exist (404, like any unknown
 route), so a deployment without a token has no admin surface to probe. With one, a missing or wrong
@@ -10,14 +11,12 @@ from __future__ import annotations
 
 import hmac
 import logging
-from pathlib import Path
 from typing import Any
 
 from fastapi import Depends, FastAPI, Request
 from fastapi.responses import JSONResponse
 
 from redkit.errors import RedkitError
-from redkit.serve import lifecycle
 from redkit.serve.errors import ApiError
 from redkit.serve.schema import DomainName, DomainRequest, read_json
 from redkit.serve.state import ModelState
@@ -36,7 +35,7 @@ def bearer_auth(token: str) -> Any:
     return check
 
 
-def install_admin_routes(app: FastAPI, token: str, experts_dir: Path | None, work: Path) -> None:
+def install_admin_routes(app: FastAPI, token: str, changes) -> None:
     """Registered on the app itself, not via include_router: in FastAPI 0.165 an included route's
     scope["route"].path lacks the router prefix, which would mislabel the metrics."""
     auth = [Depends(bearer_auth(token))]
@@ -46,19 +45,18 @@ def install_admin_routes(app: FastAPI, token: str, experts_dir: Path | None, wor
         try:
             loaded = await model.swap(change)
         except RedkitError as err:  # a foreign expert, a bundle without its run, ...: one line, nothing changed
-            raise ApiError(409 if "serve the run" in str(err) else 422, str(err), code="refused") from None
+            conflict = "serve the run" in str(err) or "adding domains is off" in str(err)
+            raise ApiError(409 if conflict else 422, str(err), code="refused") from None
         return JSONResponse({"model": loaded.info})
 
     @app.post("/v1/domains", dependencies=auth, tags=["admin"], summary="Add a domain from an expert (hot swap)")
     async def add_domain(request: Request) -> JSONResponse:
         body = await read_json(request, DomainRequest)
-        if experts_dir is None:
-            raise ApiError(409, "adding domains is off: start the server with --experts-dir DIR", code="refused")
-        return await swap(request, lambda p: lifecycle.with_expert(p, experts_dir, body.expert, work, log.info))
+        return await swap(request, lambda p: changes.add(p, body.expert))
 
     @app.delete("/v1/domains/{name}", dependencies=auth, tags=["admin"], summary="Remove a domain (hot swap)")
     async def remove_domain(name: DomainName, request: Request) -> JSONResponse:
         try:
-            return await swap(request, lambda p: lifecycle.without_domain(p, name, work, log.info))
+            return await swap(request, lambda p: changes.remove(p, name))
         except KeyError:
             raise ApiError(404, f"no domain {name!r}", code="unknown_domain") from None

@@ -13,10 +13,8 @@ can run several apps in one process and uvicorn workers each build their own.
 from __future__ import annotations
 
 import asyncio
-import tempfile
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
-from pathlib import Path
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
@@ -41,15 +39,14 @@ def create_app(
     batch_wait_ms: float = 0,
     admin_token: str | None = None,
     max_queue: int | None = None,
-    experts_dir: str | Path | None = None,
-    work: str | Path | None = None,
+    domain_changes=None,
 ) -> FastAPI:
     """An inference server for `predictor_factory()`, which is called once, in a thread, after startup.
 
     max_batch: texts per request and per model call. max_queue: waiting texts before 503 (default 32 * max_batch).
     batch_wait_ms: how long a batch waits for more requests; 0 (measured best: requests that arrive while
     the model is busy form the next batch anyway). admin_token: enables POST/DELETE /v1/domains (else
-    they are 404). experts_dir: where POST /v1/domains finds experts by name. work: where new versions go.
+    they are 404). domain_changes: what they do (redkit/serve/lifecycle.py DomainChanges).
     """
     if max_batch < 1 or max_chars < 1 or max_body_bytes < 1 or batch_wait_ms < 0:
         raise ValueError("max_batch, max_chars and max_body_bytes must be >= 1, batch_wait_ms >= 0")
@@ -121,10 +118,7 @@ def create_app(
         return Response(metrics.render(), media_type=CONTENT_TYPE)
 
     if admin_token is not None:
-        install_admin_routes(
-            app,
-            admin_token,
-            Path(experts_dir) if experts_dir is not None else None,
-            Path(work) if work is not None else Path(tempfile.mkdtemp(prefix="redkit-serve-")),
-        )
+        if domain_changes is None:
+            raise ValueError("admin routes need domain_changes (redkit.serve.lifecycle.DomainChanges)")
+        install_admin_routes(app, admin_token, domain_changes)
     return app

@@ -13,6 +13,7 @@ does not.
 """
 
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 
 from redkit.errors import RedkitError
@@ -60,3 +61,20 @@ def without_domain(current: BundlePredictor, name: str, work: Path, print_fn=pri
     if name not in current.domains:
         raise KeyError(name)
     return _next(current, work, lambda parent, out: remove_domain(parent, name, out=out, print_fn=print_fn))
+
+
+@dataclass(frozen=True)
+class DomainChanges:
+    """What the admin routes call (redkit/serve/admin.py): each returns the new predictor."""
+
+    experts_dir: Path | None  # where experts are found by name; None: adding is off
+    work: Path  # where new versions go
+    print_fn: object = print
+
+    def add(self, current: BundlePredictor, name: str) -> BundlePredictor:
+        if self.experts_dir is None:
+            raise RedkitError("adding domains is off: start the server with --experts-dir DIR")
+        return with_expert(current, self.experts_dir, name, self.work, self.print_fn)
+
+    def remove(self, current: BundlePredictor, name: str) -> BundlePredictor:
+        return without_domain(current, name, self.work, self.print_fn)

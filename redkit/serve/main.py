@@ -36,6 +36,13 @@ class ServeConfig:
     experts_dir: str | None = None
     work: str | None = None
 
+    def __post_init__(self):
+        for name in ("port", "workers", "max_batch", "max_chars", "max_body_bytes"):
+            if getattr(self, name) < (0 if name == "port" else 1):
+                raise RedkitError(f"--{name.replace('_', '-')} {getattr(self, name)}: must be at least 1")
+        if self.batch_wait_ms < 0 or (self.threads is not None and self.threads < 1):
+            raise RedkitError("--batch-wait-ms must be >= 0 and --threads >= 1")
+
 
 def bundle_of_run(run: Path, work: Path, print_fn=print) -> Path:
     """WORK/v1/bundle: the run exported once (with its serving graph), reused by later starts."""
@@ -52,7 +59,11 @@ def bundle_of_run(run: Path, work: Path, print_fn=print) -> Path:
 
 def create(config: ServeConfig):
     """The FastAPI app of `config` (the admin token from the environment)."""
+    import logging
+    import tempfile
+
     from redkit.serve.app import create_app
+    from redkit.serve.lifecycle import DomainChanges
     from redkit.serve.predictor import BundlePredictor
 
     def factory():
@@ -66,8 +77,11 @@ def create(config: ServeConfig):
         max_body_bytes=config.max_body_bytes,
         batch_wait_ms=config.batch_wait_ms,
         admin_token=os.environ.get(TOKEN_ENV) if config.admin else None,
-        experts_dir=config.experts_dir,
-        work=config.work,
+        domain_changes=DomainChanges(
+            Path(config.experts_dir) if config.experts_dir else None,
+            Path(config.work) if config.work else Path(tempfile.mkdtemp(prefix="redkit-serve-")),
+            logging.getLogger("redkit.serve").info,
+        ),
     )
 
 
