@@ -43,6 +43,7 @@ HEAVY_FIXTURES = {
     "minilm",
     "tiny_qwen3",
     "served",
+    "world",
 }
 
 
