@@ -109,26 +109,25 @@ def _oos_thresholds(run: Path, tmp: Path) -> dict[str, str]:
 
 def _serving_graph(
     run: Path, tmp: Path, wanted: bool, with_oos: bool = True, composition: str = "red"
-) -> tuple[list[Path], str | None]:
+) -> tuple[dict, str | None]:
     """serving/: the run's `red` as one ONNX graph with its tokenizer (redkit/bundle/graph.py), where
-    the run's kind answers texts that way; returns (the files written, why none were)."""
+    the run's kind answers texts that way; returns (its serving.json, or {}; why there is none)."""
     if not wanted:
-        return [], "not asked for (--no-serving-graph)"
+        return {}, "not asked for (--no-serving-graph)"
     from redkit.run import open_run
 
     opened = open_run(run)
     if not getattr(opened, "servable", False):
-        return [], f"a {type(opened).__name__} does not answer through one composition"
+        return {}, f"a {type(opened).__name__} does not answer through one composition"
     try:
         import onnxscript  # noqa: F401  (torch.onnx's exporter needs it)
 
         from redkit.bundle.graph import export_serving
     except ImportError as err:
-        return [], f"{err.name} is not installed (pip install 'redkit[serve]')"
+        return {}, f"{err.name} is not installed (pip install 'redkit[serve]')"
     chosen = read_json(run / OOS, "an OOS threshold file") if (run / OOS).is_file() else {}
     oos = chosen.get(composition) if with_oos else None
-    export_serving(opened, tmp / SERVING, composition, oos=oos, print_fn=lambda *a: None)
-    return [Path(SERVING, name) for name in (GRAPH, TOKENIZER, SETTINGS)], None
+    return export_serving(opened, tmp / SERVING, composition, oos=oos, print_fn=lambda *a: None), None
 
 
 def export_bundle(
@@ -166,8 +165,8 @@ def export_bundle(
             shutil.copyfile(source, tmp / relative)
         write_json(tmp / "config.json", config)
         oos_left_out = _oos_thresholds(run, tmp)
-        graph, no_graph = _serving_graph(run, tmp, serving, serving_oos)
-        served = read_json(tmp / SERVING / SETTINGS, "serving settings") if graph else {}
+        served, no_graph = _serving_graph(run, tmp, serving, serving_oos)
+        graph = [Path(SERVING, name) for name in (GRAPH, TOKENIZER, SETTINGS)] if served else []
         if served.get("oos"):  # the serving graph carries its composition's OOS score, whatever it needs
             oos_left_out.pop(served["composition"], None)
         written = [Path("config.json"), *([Path(OOS)] if (tmp / OOS).is_file() else []), *graph]

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from redkit.bundle.manifest import GRAPH, SERVING, SETTINGS, TOKENIZER, read_manifest, verify_bundle
+from redkit.bundle.manifest import GRAPH, SERVING, SETTINGS, TOKENIZER, verify_bundle
 from redkit.errors import RedkitError
 
 
@@ -28,6 +28,7 @@ class BundlePredictor:
     settings: dict
     session: object = field(repr=False)
     tokenizer: object = field(repr=False)
+    manifest: dict = field(repr=False, default_factory=dict)  # as verified when opened
     source_run: Path | None = None  # the run behind it, where one is served (a domain can then be added)
     version: int = 1
 
@@ -56,7 +57,7 @@ class BundlePredictor:
             str(bundle / SERVING / GRAPH), options, providers=["CPUExecutionProvider"]
         )
         tokenizer = Tokenizer.from_file(str(bundle / SERVING / TOKENIZER))
-        return cls(bundle, settings, session, tokenizer, source_run, version)
+        return cls(bundle, settings, session, tokenizer, manifest, source_run, version)
 
     @property
     def labels(self) -> list:
@@ -89,7 +90,7 @@ class BundlePredictor:
         ]
 
     def info(self) -> dict:
-        manifest = read_manifest(self.directory)
+        manifest = self.manifest
         return {
             "bundle": str(self.directory),
             "run": manifest.get("source", {}).get("run"),
