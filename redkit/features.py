@@ -9,6 +9,7 @@ the backbone fingerprint covers the tuned top layers, so retraining stage base i
 """
 
 import hashlib
+import logging
 from pathlib import Path
 
 import torch
@@ -17,6 +18,9 @@ from tqdm.auto import tqdm
 
 from redkit.atomic import atomic_path
 from redkit.backbone import Backbone
+
+# Says where cached features were reused (`redkit eval` prints it); silent unless a handler is attached.
+log = logging.getLogger("redkit.features")
 
 
 def text_hash(texts: list[str]) -> str:
@@ -50,10 +54,29 @@ def encode(backbone: Backbone, texts: list[str], batch_size: int = 256, desc: st
     return out[rows]
 
 
+def _features_key(backbone: Backbone, texts: list[str]) -> str:
+    return f"{backbone.fingerprint()}-{text_hash(texts)}-{backbone.config.pooling}"
+
+
 def features_path(cache_dir: Path, backbone: Backbone, texts: list[str], name: str) -> Path:
     """The cache file of `texts`' features, keyed by (backbone fingerprint, data hash, pooling)."""
-    key = f"{backbone.fingerprint()}-{text_hash(texts)}-{backbone.config.pooling}"
-    return Path(cache_dir) / f"features-{name}-{key}.safetensors"
+    return Path(cache_dir) / f"features-{name}-{_features_key(backbone, texts)}.safetensors"
+
+
+def find_features(cache_dir: Path, backbone: Backbone, texts: list[str], name: str) -> Path | None:
+    """The cache file of exactly these texts' features through this backbone, whatever name they were
+    cached under (a file whose texts are the run's test split reads the split's features): the name is
+    a label, the key (fingerprint, data hash, pooling) is what makes them the same features. None: none."""
+    own = features_path(cache_dir, backbone, texts, name)
+    if own.is_file():
+        return own
+    found = sorted(Path(cache_dir).glob(f"features-*-{_features_key(backbone, texts)}.safetensors"))
+    return found[0] if found else None
+
+
+def cached_name(path: Path, backbone: Backbone, texts: list[str]) -> str:
+    """The name a features cache file was saved under (`features-<name>-<key>.safetensors`)."""
+    return path.name[len("features-") : -len(f"-{_features_key(backbone, texts)}.safetensors")]
 
 
 def store_features(path: Path, h: torch.Tensor) -> None:
@@ -79,12 +102,20 @@ def encode_from_prefix(
 def cached_features(
     cache_dir: Path, backbone: Backbone, texts: list[str], name: str, reuse_prefix: bool = False
 ) -> torch.Tensor:
-    """`encode`, through a cache file keyed by (backbone fingerprint, data hash, pooling). With
+    """`encode`, through a cache file keyed by (backbone fingerprint, data hash, pooling): the same
+    texts cached under another name (a split evaluated again as a file) are read, not encoded. With
     `reuse_prefix`, texts whose frozen-prefix states a stage cached run through the top layers only
     (the same features up to float rounding: the batches pad differently)."""
+    cached = find_features(cache_dir, backbone, texts, name)
+    if cached is not None:
+        log.info(
+            "%s: features of %d texts read from the cache (saved for %r); nothing encoded",
+            name,
+            len(texts),
+            cached_name(cached, backbone, texts),
+        )
+        return load_file(str(cached))["h"]
     path = features_path(cache_dir, backbone, texts, name)
-    if path.is_file():
-        return load_file(str(path))["h"]
     found = PrefixStates.find(cache_dir, backbone, texts) if reuse_prefix else None
     if found is not None:
         states, rows = found

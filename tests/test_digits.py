@@ -19,7 +19,7 @@ QUICK = ("--max_epochs", "2")
 @pytest.fixture(scope="module")
 def digits_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("digits") / "run"
-    argv = ["reproduce", "digits", "--save_dir", str(out), *QUICK]
+    argv = ["reproduce", "digits", "--out", str(out), *QUICK]
     assert main(argv) == 0
     return out, argv
 
@@ -100,7 +100,7 @@ def test_rerun_trains_nothing(digits_run):
 @pytest.mark.slow
 def test_run_red_trains_no_heads_or_gate(tmp_path):
     out = tmp_path / "red"
-    assert main(["reproduce", "digits", "--run", "red", "--save_dir", str(out), *QUICK]) == 0
+    assert main(["reproduce", "digits", "--run", "red", "--out", str(out), *QUICK]) == 0
     assert not (out / "modules" / "heads").exists() and not (out / "modules" / "gate").exists()
     results = _read(out / "results.json")
     assert tuple(results["splits"]["test"]) == RUN_MODES["red"].compositions
@@ -130,7 +130,7 @@ def test_mnist_idx_files_through_data_dir(tmp_path):
                 "digits",
                 "--data_dir",
                 str(data),
-                "--save_dir",
+                "--out",
                 str(out),
                 "--run",
                 "red",
@@ -149,11 +149,9 @@ def test_mnist_idx_files_through_data_dir(tmp_path):
 
 
 def test_bad_settings_are_one_line_errors(tmp_path, capsys):
-    assert (
-        main(["reproduce", "digits", "--data_dir", str(tmp_path / "nowhere"), "--save_dir", str(tmp_path / "r")]) == 2
-    )
+    assert main(["reproduce", "digits", "--data_dir", str(tmp_path / "nowhere"), "--out", str(tmp_path / "r")]) == 2
     assert "MNIST directory not found" in capsys.readouterr().err
-    assert main(["reproduce", "digits", "--val_ratio", "1.5", "--save_dir", str(tmp_path / "r")]) == 2
+    assert main(["reproduce", "digits", "--val_ratio", "1.5", "--out", str(tmp_path / "r")]) == 2
     assert "val_ratio" in capsys.readouterr().err
 
 

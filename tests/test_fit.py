@@ -179,6 +179,34 @@ def test_eval_counts_an_unseen_label_as_wrong(fitted, tmp_path, capsys):
     assert code == 0 and "2 of 32 examples have a label never seen in training" in out and "domain acc" in out
 
 
+def test_eval_of_the_runs_own_test_file_reads_its_cached_features(fitted, tmp_path, monkeypatch, capsys):
+    """The run's test split is data/.../test.jsonl: evaluating that file encodes nothing (RED's features,
+    joint's and the linear probe's frozen ones are all in the run's cache) and says so; another file is
+    encoded, once per backbone, and gives the same metrics on the texts they share."""
+    import redkit.features
+
+    data, run_dir, _ = fitted
+    run = Path(shutil.copytree(run_dir, tmp_path / "run"))
+    calls = []
+    for name in ("encode", "encode_from_prefix"):
+        real = getattr(redkit.features, name)
+        monkeypatch.setattr(
+            redkit.features, name, lambda *a, real=real, name=name, **k: calls.append(name) or real(*a, **k)
+        )
+    code, out, err = run_cli(["eval", "--run", run, "--data", data / "test.jsonl"], capsys)
+    assert code == 0, err
+    assert calls == [], "evaluating the run's own test split encoded its texts again"
+    reused = [line for line in err.splitlines() if line.endswith("nothing encoded")]
+    assert len(reused) == 3 and "(saved for 'test')" in reused[0]  # RED's features, joint's, linear_probe's
+    results = json.loads((run / "results.json").read_text())["splits"]["test"]
+    table = dict(line.split()[:2] for line in out.splitlines() if line.split()[:1] in (["red"], ["joint"]))
+    assert float(table["red"]) == pytest.approx(results["red"]["accuracy"], abs=1e-4)
+    assert float(table["joint"]) == pytest.approx(results["joint"]["accuracy"], abs=1e-4)
+    (tmp_path / "other.jsonl").write_text("\n".join((data / "test.jsonl").read_text().splitlines()[:20]) + "\n")
+    code, out, err = run_cli(["eval", "--run", run, "--data", tmp_path / "other.jsonl"], capsys)
+    assert code == 0 and len(calls) == 2  # the tuned backbone (RED and joint share it here) and the frozen one
+
+
 def test_predict_cli(fitted, capsys):
     _, run_dir, _ = fitted
     code, out, _ = run_cli(["predict", "--run", run_dir, "my laptop is very slow"], capsys)

@@ -11,6 +11,7 @@ import torch
 from conftest import run_cli
 
 from redkit.compositions import ModuleSet, compose
+from redkit.modules.layers import ROUTERS
 from redkit.modules.store import read_meta
 from redkit.run import open_run
 from redkit_experiments.routing.analyze import AnalysisVariant, RoutingAnalysisConfig, router_variant
@@ -88,6 +89,32 @@ def test_analyze_routing_writes_its_report_and_leaves_the_run_alone(analysed, ca
     # the variants are complete modules of the right kind, under the analysis directory
     assert read_meta(directory / "routers" / "top2" / "modules" / "router").kind == "router_top2"
     assert read_meta(directory / "scaling" / "K4" / "prototype" / "modules" / "gate").kind == "router_prototype"
+
+
+def test_the_readme_command_runs_every_router_and_part_end_to_end(tiny_run, tmp_path, capsys):
+    """`redkit analyze routing --run RUN` exactly as the README gives it: every router of the zoo (the
+    label routers read the global head, which a scaling variant with K experts takes from the run), every
+    part, every K of the scaling."""
+    run = tmp_path / "run"
+    shutil.copytree(tiny_run, run)
+    code, out, err = run_cli(["analyze", "routing", "--run", run], capsys)
+    assert code == 0, err
+    result = json.loads((run / "analysis" / "routing" / "results.json").read_text())
+    assert result["routers"] == ROUTERS.names() and set(result["seconds_per_part"]) == {
+        "metrics",
+        "stability",
+        "scaling",
+        "overhead",
+    }
+    assert list(result["scaling"]) == ["4", "8", "16", "32"]
+    for k in ("4", "8", "16", "32"):
+        assert set(result["scaling"][k]["routers"]) == set(ROUTERS.names()), k
+    for name in ("labels", "dense_labels"):  # the routers that read the global head
+        assert 0 <= result["scaling"]["32"]["routers"][name]["roles"]["router"]["accuracy"] <= 1
+    assert not (
+        run / "analysis" / "routing" / "scaling" / "K4" / "experts" / "modules" / "heads" / "global_full"
+    ).exists()
+    assert "## Routing metrics (primary)" in out
 
 
 def test_dense_router_trained_by_the_analysis_is_the_runs_own(tiny_run, tmp_path):

@@ -171,6 +171,14 @@ def test_a_multiplication_expert_plugs_in_without_retraining_anything_else(tiny_
     assert main(["add-expert", "--run", str(tiny_run), "--operation", "add", "--out", str(tmp_path / "again")]) == 2
 
 
+def test_a_training_free_router_plugs_a_new_expert_in_with_no_router_training(tiny_run, tmp_path):
+    out = tmp_path / "steps-mul-prototype"
+    argv = ["add-expert", "--run", str(tiny_run), "--operation", "mul", "--router", "prototype", "--out", str(out)]
+    assert main(argv) == 0
+    router = json.loads((out / "modules" / "router" / "config.json").read_text())
+    assert router["kind"] == "router_prototype" and router["metrics"]["epochs"] == 0
+
+
 def test_a_decomposer_trained_on_other_data_is_not_reused(tiny_run):
     """Its test split could hold questions it was trained on."""
     with pytest.raises(RedkitError, match="trained on other data"):

@@ -3,13 +3,13 @@ API; this module is the one error boundary (a RedkitError prints one line and ex
 
     redkit data task1 --out DIR [--n 80000] [--seed S] [--split structure|random]
     redkit reproduce task1|task2 [--split ...] [--backbone PATH] [--out runs/task1] [--eval FILE ...]
-    redkit reproduce digits [--run red|moe|all] [--data_dir MNIST_DIR] [--save_dir runs/digits] [...]
+    redkit reproduce digits [--run red|moe|all] [--data_dir MNIST_DIR] [--out runs/digits] [...]
     redkit reproduce toy [--out runs/toy] [--seed S]
     redkit reproduce steps [--out runs/steps] [--decomposer DIR] [--op-split random|structure] [--eval FILE ...] [...]
     redkit reproduce decomposer [--out runs/decomposer] [--task decomposer_times] [--tune-top] [...]
     redkit reproduce peers --task task1|task2 [--out RUN] [--lora-rank 8] [--examples-per-expert 4000] [...]
     redkit fit --data DIR --out RUN [--text-field text] [--label-field label] [--domain-field domain] [...]
-    redkit train STAGE --run DIR [--domain R3] [--kind residual]     (one stage, e.g. one expert)
+    redkit train STAGE --run DIR [--domain R3] [--kind residual] [--retrain]   (one stage, e.g. one expert)
     redkit add-expert --run runs/steps --operation mul [--out DIR] [--decomposer DIR]
     redkit add-domain --run RUN --data NEWDIR | --expert EXPERT      (a fit run: one more domain, new labels welcome)
     redkit remove-domain --run RUN --domain NAME [--out RUN2]        (a fit run: one domain taken out)

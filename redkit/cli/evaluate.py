@@ -1,6 +1,9 @@
 """`redkit eval --run RUN --data FILE [--composition NAME ...]`: a trained run on any file."""
 
 import argparse
+import logging
+import sys
+from contextlib import contextmanager
 from pathlib import Path
 
 from redkit.cli.command import command
@@ -23,7 +26,8 @@ def run(args) -> None:
         missing = fitted.compositions()[1]
         if missing:
             print(f"not in this bundle: {', '.join(missing)} (export with --heads)")
-    result = fitted.evaluate(args.data, args.composition)
+    with _saying_reused_features():  # a file whose texts are a split the run cached is not encoded again
+        result = fitted.evaluate(args.data, args.composition)
     if "compositions" in result:  # a steps run: questions decomposed and executed
         _print_steps(args.data, result)
         return
@@ -59,3 +63,22 @@ def _print_steps(path: Path, result: dict) -> None:
     for name, m in result["compositions"].items():
         print(f"{name:14s} " + " ".join(f"{m[g]['accuracy']:11.4f}" for g in groups))
     print("n: " + ", ".join(f"{g} {m['n']}" for g, m in next(iter(result["compositions"].values())).items()))
+
+
+@contextmanager
+def _saying_reused_features():
+    """Say, on stderr beside the progress bars (stdout stays the table), the library's one line per features
+    read from the run's cache (redkit.features' log)."""
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(message)s"))
+    log = logging.getLogger("redkit.features")
+    level, propagate = log.level, log.propagate
+    log.addHandler(handler)
+    log.setLevel(logging.INFO)
+    log.propagate = False
+    try:
+        yield
+    finally:
+        log.removeHandler(handler)
+        log.setLevel(level)
+        log.propagate = propagate

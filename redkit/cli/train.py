@@ -24,7 +24,16 @@ def _options(p: argparse.ArgumentParser) -> None:
         default="fp32",
         help="stage experts: train in fp32 or under bf16 autocast (recorded in each module's metrics)",
     )
+    p.add_argument(
+        "--retrain",
+        action="store_true",
+        help="train again the modules of this stage that already exist (experts, heads, router, gate): each new "
+        "one replaces the old once it is saved; nothing else is retrained (the router only when asked)",
+    )
     nproc_option(p)
+
+
+RETRAINABLE = ("experts", "heads", "router", "gate")  # modules on cached features, each trained alone
 
 
 def _domains(run, names: list[str] | None) -> list[int] | None:
@@ -35,7 +44,7 @@ def _domains(run, names: list[str] | None) -> list[int] | None:
 @command("train", options=_options, help="run one stage of an existing run (e.g. one expert, in its own process)")
 def run(args) -> None:
     from redkit.run import open_run
-    from redkit.train.stages import EXPERT_KINDS, STAGES
+    from redkit.train.stages import EXPERT_KINDS, STAGES, stage_line
 
     run = open_run(args.run)
     stage = STAGES[args.stage]
@@ -45,18 +54,37 @@ def run(args) -> None:
         check_run_nproc(run.dir, run.config, args.nproc)  # before anything is written
     elif args.nproc != 1:
         raise RedkitError(f"--nproc {args.nproc}: only stage base runs in several processes, not stage {args.stage}")
+    if args.retrain and args.stage not in RETRAINABLE:
+        raise RedkitError(
+            f"--retrain: stage {args.stage} cannot be retrained in place (every module after it was trained on what it "
+            f"gives); make a new run instead. Retrainable: {', '.join(RETRAINABLE)}"
+        )
     run.prepare_data()
     if args.stage == "experts":
         kinds = tuple(args.kind or EXPERT_KINDS)
         for kind in kinds:
             if kind not in EXPERT_KINDS:
                 raise RedkitError(f"unknown expert kind {kind!r} (expected one of {', '.join(EXPERT_KINDS)})")
-        print(stage(run, domains=_domains(run, args.domain), kinds=kinds, precision=args.precision))
+        outcome = stage(
+            run, domains=_domains(run, args.domain), kinds=kinds, precision=args.precision, retrain=args.retrain
+        )
     elif args.stage == "heads":
-        print(stage(run, domains=_domains(run, args.domain)))
+        outcome = stage(run, domains=_domains(run, args.domain), retrain=args.retrain)
     elif args.stage == "base" and args.nproc != 1:
         from redkit.train.distributed import launch_base
 
-        print(launch_base(run, args.nproc))
+        outcome = launch_base(run, args.nproc)
+    elif args.stage in RETRAINABLE:
+        outcome = stage(run, retrain=args.retrain)
     else:
-        print(stage(run))
+        outcome = stage(run)
+    line = stage_line(args.stage, outcome)
+    if args.stage in RETRAINABLE and _all_kept(outcome):
+        line += "; --retrain trains again"
+    print(line)
+
+
+def _all_kept(outcome: dict) -> bool:
+    """Whether the stage trained nothing because every module it would train exists."""
+    outcomes = outcome.values() if all(isinstance(v, dict) for v in outcome.values()) else [outcome]
+    return bool(outcome) and all("skipped" in one for one in outcomes)

@@ -136,6 +136,27 @@ def load_module(
     return module.eval(), meta
 
 
+def install_module(staging: Path, target: Path) -> None:
+    """Move the complete module at `staging` into `target`, replacing whatever is there (an incomplete
+    module, or a complete one being retrained). Each step is one rename, so `target` is only ever the
+    old module, absent for an instant, or the new one, never a mix of the two's files; an old module set
+    aside is removed last (a kill before then leaves it as `.<name>.old`, removed by the next install)."""
+    staging, target = Path(staging), Path(target)
+    old = target.with_name(f".{target.name}.old")
+    shutil.rmtree(old, ignore_errors=True)
+    if target.exists():
+        target.rename(old)
+    staging.rename(target)
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def retrain_dir(directory: Path) -> Path:
+    """Where a module that exists at `directory` is trained again (its checkpoints too, so an interrupted
+    retraining resumes), before `install_module` puts it in place of the old one."""
+    directory = Path(directory)
+    return directory.with_name(f".{directory.name}.retrain")
+
+
 def module_digest(directory: Path) -> str:
     """sha256 of a module's weights: equal digests, equal modules."""
     return hashlib.sha256((Path(directory) / WEIGHTS).read_bytes()).hexdigest()
@@ -154,8 +175,7 @@ def copy_modules(parent, run, parts: list[tuple[str, ...]]) -> dict[str, str]:
             staging = target.with_name(f".{target.name}.copying")
             shutil.rmtree(staging, ignore_errors=True)
             shutil.copytree(parent.module_dir(*p), staging)
-            shutil.rmtree(target, ignore_errors=True)  # an incomplete one (no config.json)
-            staging.rename(target)
+            install_module(staging, target)
     return {"/".join(p): module_digest(parent.module_dir(*p)) for p in parts}
 
 

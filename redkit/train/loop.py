@@ -34,7 +34,9 @@ from redkit.errors import RedkitError
 from redkit.train.ranks import Ranks
 
 SCHEDULES = ("constant", "linear")
-SELECT_BY = ("loss", "accuracy")  # accuracy: the best val accuracy, ties broken by the lower val loss
+# accuracy: the best val accuracy, ties broken by the lower val loss; last: every epoch, the last kept (a fixed
+# number of epochs, no early stopping: what continual-learning protocols run per step)
+SELECT_BY = ("loss", "accuracy", "last")
 MEGABATCH = 50  # length_grouped: batches are cut from runs of 50 batches' worth of examples sorted by length
 
 
@@ -92,6 +94,8 @@ def _val_figures(value) -> dict[str, float]:
 
 def _improves(figures: dict[str, float], progress: dict, config: TrainConfig) -> bool:
     """Is this epoch's validation better than the best so far (by loss, or by accuracy then loss)?"""
+    if config.select_by == "last":
+        return True
     better_loss = figures["loss"] < progress["best_val_loss"] - config.min_delta
     if config.select_by == "loss":
         return better_loss

@@ -22,7 +22,7 @@ from redkit.features import PrefixStates
 from redkit.modules.labels import joined_classifier, widened
 from redkit.modules.layers import MODULES, ROUTERS, Classifier
 from redkit.modules.routing import RouterBase
-from redkit.modules.store import ModuleMeta, load_module, module_exists, save_module
+from redkit.modules.store import ModuleMeta, install_module, load_module, module_exists, retrain_dir, save_module
 from redkit.red import REDConfig, REDModel, router_loss
 from redkit.red.layer import new_expert
 from redkit.registry import Registry
@@ -78,11 +78,17 @@ def _train_on_features(
     domain: int | None,
     seed_offset: int,
     precision: str = "fp32",
+    retrain: bool = False,
 ) -> dict:
     """Fit `module` on cached features; `loss_fn(module, *tensors)` is a mean loss. `precision` bf16
-    computes the losses under bf16 autocast (weights, optimizer and saved module stay fp32)."""
-    if module_exists(directory):
+    computes the losses under bf16 autocast (weights, optimizer and saved module stay fp32). A module
+    that exists is kept, unless `retrain`: it is then trained again beside the old one, which the new
+    one replaces once it is saved (an interrupted retraining leaves the old module in place)."""
+    if module_exists(directory) and not retrain:
         return {"skipped": str(directory)}
+    target = directory
+    if module_exists(target):  # trained again beside it (checkpoints too); installed over it once saved
+        directory = retrain_dir(target)
     module.to(run.device)
     train = tuple(t.to(run.device) for t in train)
     val = tuple(t.to(run.device) for t in val)
@@ -104,13 +110,18 @@ def _train_on_features(
             run.config.train_config(stage),
             seed=run.config.seed + seed_offset,
             checkpoint_dir=directory,
-            desc=f"{stage} {directory.name}",
+            desc=f"{stage} {target.name}",
             log=run.log,
             on_step=on_step,
         )
     save_module(directory, module.cpu(), _meta(run, module, kind, domain, result, precision))
     Checkpoint(directory).remove()
-    return {"module": str(directory), "epochs": result.epochs, "best_val_loss": result.best_val_loss}
+    retrained = directory != target
+    if retrained:
+        install_module(directory, target)
+    return {"module": str(target), "epochs": result.epochs, "best_val_loss": result.best_val_loss} | (
+        {"retrained": True} if retrained else {}
+    )
 
 
 def load_classifier(run: StageRun) -> nn.Module:
@@ -280,11 +291,16 @@ def _domain_rows(labels: torch.Tensor, domain: int) -> torch.Tensor:
 
 @STAGES.register("experts")
 def stage_experts(
-    run: StageRun, domains: list[int] | None = None, kinds: tuple[str, ...] = EXPERT_KINDS, precision: str = "fp32"
+    run: StageRun,
+    domains: list[int] | None = None,
+    kinds: tuple[str, ...] = EXPERT_KINDS,
+    precision: str = "fp32",
+    retrain: bool = False,
 ) -> dict:
     """Each expert sees only its own domain's examples and nothing of the other experts: the RED
     model's part i, trained alone through its frozen classifier (`part_loss(i, ...)`); `precision`
-    bf16 trains them under bf16 autocast (recorded in each module's metrics)."""
+    bf16 trains them under bf16 autocast (recorded in each module's metrics). An expert that exists
+    is kept, unless `retrain` (then it is trained again and replaces the old one; nothing else moves)."""
 
     def work() -> dict:
         classifier = load_classifier(run)
@@ -320,6 +336,7 @@ def stage_experts(
                     domain,
                     seed_offset=domain,
                     precision=precision,
+                    retrain=retrain,
                 )
         return done
 
@@ -327,8 +344,9 @@ def stage_experts(
 
 
 @STAGES.register("heads")
-def stage_heads(run: StageRun, domains: list[int] | None = None) -> dict:
-    """Full per-domain heads for the baselines, and the global head on all of train."""
+def stage_heads(run: StageRun, domains: list[int] | None = None, retrain: bool = False) -> dict:
+    """Full per-domain heads for the baselines, and the global head on all of train (`retrain`: as
+    stage experts')."""
 
     def work() -> dict:
         h, y, d = run.split_tensors("train")
@@ -351,6 +369,7 @@ def stage_heads(run: StageRun, domains: list[int] | None = None) -> dict:
                 "head",
                 domain,
                 seed_offset=100 + domain,
+                retrain=retrain,
             )
         if domains is None:
             torch.manual_seed(run.config.seed * 1000 + 200)
@@ -365,6 +384,7 @@ def stage_heads(run: StageRun, domains: list[int] | None = None) -> dict:
                 "head",
                 None,
                 200,
+                retrain=retrain,
             )
         return done
 
@@ -382,15 +402,26 @@ def make_router(run: StageRun, role: str) -> RouterBase:
 
 
 def _fit_router(
-    run: StageRun, stage: str, router: RouterBase, loss_fn: Callable, train: tuple, val: tuple, seed_offset: int
+    run: StageRun,
+    stage: str,
+    router: RouterBase,
+    loss_fn: Callable,
+    train: tuple,
+    val: tuple,
+    seed_offset: int,
+    retrain: bool = False,
 ) -> dict:
     directory = run.module_dir(stage)
     if not router.training_free:
-        return _train_on_features(run, stage, directory, router, loss_fn, train, val, router.kind, None, seed_offset)
-    if module_exists(directory):
+        return _train_on_features(
+            run, stage, directory, router, loss_fn, train, val, router.kind, None, seed_offset, retrain=retrain
+        )
+    if module_exists(directory) and not retrain:
         return {"skipped": str(directory)}
     val_loss = float(loss_fn(router, *(t.to(run.device) for t in val)))
-    save_module(directory, router.cpu(), _meta(run, router, router.kind, None, FitResult(0, 0, val_loss)))
+    staging = retrain_dir(directory)
+    save_module(staging, router.cpu(), _meta(run, router, router.kind, None, FitResult(0, 0, val_loss)))
+    install_module(staging, directory)
     return {"module": str(directory), "epochs": 0, "best_val_loss": val_loss, "training_free": True}
 
 
@@ -413,9 +444,9 @@ def composition_loss(classifier: nn.Module, with_domain: bool) -> Callable:
 
 
 @STAGES.register("router")
-def stage_router(run: StageRun) -> dict:
+def stage_router(run: StageRun, retrain: bool = False) -> dict:
     """RED's router: trained after the experts are frozen, on the domain label (the paper's), on the
-    label loss of the frozen composition, or on both (`config.router_loss`)."""
+    label loss of the frozen composition, or on both (`config.router_loss`); `retrain`: as stage experts'."""
 
     def work() -> dict:
         h, y, d = run.split_tensors("train")
@@ -426,7 +457,7 @@ def stage_router(run: StageRun) -> dict:
         if objective not in ROUTER_LOSSES:
             raise RedkitError(f"router_loss {objective!r} is not one of {', '.join(ROUTER_LOSSES)}")
         if objective == "domain":  # CE on the domain, plus the router's auxiliary loss (0 for dense)
-            return _fit_router(run, "router", router, router_loss, (h, d), (vh, vd), 300)
+            return _fit_router(run, "router", router, router_loss, (h, d), (vh, vd), 300, retrain)
         classifier = load_classifier(run).requires_grad_(False)
         experts = [e.requires_grad_(False) for e in load_residual_experts(run)]
         with torch.no_grad():
@@ -439,6 +470,7 @@ def stage_router(run: StageRun) -> dict:
             (h, y, d, updates),
             (vh, vy, vd, val_updates),
             300,
+            retrain,
         )
 
     return timed(run, "router", work)
@@ -466,8 +498,9 @@ def load_heads(run: StageRun) -> list[nn.Module]:
 
 
 @STAGES.register("gate")
-def stage_gate(run: StageRun) -> dict:
-    """Classical MoE: a gate trained on the task loss of Σ α_i softmax(E_i(h)), experts frozen."""
+def stage_gate(run: StageRun, retrain: bool = False) -> dict:
+    """Classical MoE: a gate trained on the task loss of Σ α_i softmax(E_i(h)), experts frozen (`retrain`:
+    as stage experts')."""
 
     def work() -> dict:
         heads = [head.requires_grad_(False) for head in load_heads(run)]
@@ -502,7 +535,7 @@ def stage_gate(run: StageRun) -> dict:
             return -torch.logsumexp(log_w + log_p_t, dim=1).mean() + out.aux_loss
 
         return _fit_router(
-            run, "gate", gate, mixture_nll, (h, target_log_probs(h, y)), (vh, target_log_probs(vh, vy)), 400
+            run, "gate", gate, mixture_nll, (h, target_log_probs(h, y)), (vh, target_log_probs(vh, vy)), 400, retrain
         )
 
     return timed(run, "gate", work)
@@ -512,6 +545,29 @@ PIPELINE = ("base", "experts", "heads", "router", "gate")
 
 
 def stage_line(stage: str, outcome) -> str:
-    """What a stage returned, in one line of at most about 200 characters."""
-    outcome = str(outcome)
-    return f"[{stage}] {outcome if len(outcome) < 200 else outcome[:200] + ' ...'}"
+    """What a stage returned, in one line of at most about 200 characters: for a stage of several
+    modules (experts, heads) each module's outcome, `name: outcome; ...`."""
+    if isinstance(outcome, dict) and outcome and all(isinstance(v, dict) for v in outcome.values()):
+        text = "; ".join(f"{name}: {_outcome_text(one)}" for name, one in outcome.items())
+    else:
+        text = _outcome_text(outcome)
+    return f"[{stage}] {text if len(text) < 200 else text[:200] + ' ...'}"
+
+
+def _outcome_text(outcome) -> str:
+    """One module's outcome: `kept` (it was already trained), `skipped (why)`, or what its training
+    reported (`1 epoch, best val loss 4.583`; `retrained, ...` where `--retrain` replaced it)."""
+    if not isinstance(outcome, dict):
+        return str(outcome)
+    if "skipped" in outcome:  # a module directory or the stage's own name: it exists; else a reason
+        why = str(outcome["skipped"])
+        return "kept (already trained)" if " " not in why else f"skipped ({why})"
+    parts = ["retrained"] if outcome.get("retrained") else []
+    for key, value in outcome.items():
+        if key in ("module", "retrained"):
+            continue
+        if key == "epochs":
+            parts.append(f"{value} epoch{'s' if value != 1 else ''}")
+        else:
+            parts.append(f"{key.replace('_', ' ')} {value:.4g}" if isinstance(value, float) else f"{key} {value}")
+    return ", ".join(parts)

@@ -129,11 +129,13 @@ def render_report(results: dict, figures: dict[str, str] | None = None) -> str:
     return "\n".join(out + run_footer(results))
 
 
-def write_report(directory: Path, results: dict) -> str:
+def write_report(directory: Path, results: dict, domains: tuple[str, ...] = SHORT_NAMES) -> str:
+    """`domains`: the run's experts' domains (the ranges R1..R5, or K equal-width parts with --experts K)."""
     test = results["splits"]["test"]
+    what = "range" if tuple(domains) == tuple(SHORT_NAMES) else "part"
     figures = {
         "Exact accuracy by range": _figure_per_range(directory, test),
-        "Mean expert weight by true range": figure_weights(directory, test, SHORT_NAMES, "range"),
+        f"Mean expert weight by true {what}": figure_weights(directory, test, tuple(domains), what),
     }
     text = render_report(results, figures)
     write_text(directory / "report.md", text)

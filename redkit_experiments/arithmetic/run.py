@@ -95,7 +95,7 @@ class TaskRun(TextRun):
     def write_report(self, results: dict) -> str:
         from redkit_experiments.arithmetic.report import write_report
 
-        return write_report(self.dir, results)
+        return write_report(self.dir, results, self.space.domains)
 
     def label_details(self, label) -> dict:
         """A Task 1/2 answer's range (R1..R5)."""

@@ -6,7 +6,7 @@
 
 `--run red` trains base, experts, router and evaluates the RED compositions (+ base_classifier);
 `--run moe` trains base, heads, gate and evaluates the head baselines; `--run all` does both.
-Finished modules are never retrained, so `--run red` then `--run all` on one save_dir only adds
+Finished modules are never retrained, so `--run red` then `--run all` on one --out directory only adds
 what `all` has more.
 """
 
@@ -103,7 +103,7 @@ def _reproduce(save_dir: Path, config: DigitsConfig, run_mode: str, print_fn: Ca
         with log_path.open("a", encoding="utf-8") as f:
             f.write(text + "\n")
 
-    emit(f"== redkit reproduce digits --run {run_mode} --save_dir {run.dir} ({time.strftime('%Y-%m-%d %H:%M:%S')})")
+    emit(f"== redkit reproduce digits --run {run_mode} --out {run.dir} ({time.strftime('%Y-%m-%d %H:%M:%S')})")
     start = time.perf_counter()
     summary = run.prepare_data()
     if "data" not in run.timings:

@@ -1,5 +1,7 @@
 """`redkit reproduce digits`: the original code's 5-domain label-pair benchmark, with its flags
-spelled as it spells them (`--data_dir`) and as redkit does (`--data-dir`)."""
+spelled as it spells them (`--data_dir`) and as redkit does (`--data-dir`). Its output directory is
+`--out`, as every `reproduce` benchmark's (`--save_dir`, the original code's name, still reads); its
+`--run red|moe|all` is the original code's choice of stages, not a directory."""
 
 import argparse
 from pathlib import Path
@@ -28,7 +30,15 @@ def _digits_options(p: argparse.ArgumentParser) -> None:
         default=None,
         help="the four MNIST IDX files, raw or .gz (default: scikit-learn's 8x8 digits)",
     )
-    flag(p, "save_dir", type=Path, default=Path("runs/digits"))
+    p.add_argument(
+        "--out",
+        "--save_dir",
+        "--save-dir",
+        dest="out",
+        type=Path,
+        default=Path("runs/digits"),
+        help="the run directory",
+    )
     flag(p, "device", default="cpu", help="cpu, cuda, cuda:1, ...")
     flag(p, "seed", type=int, default=0)
     flag(p, "val_ratio", type=float, default=0.1, help="of the training images, for early stopping")
@@ -76,4 +86,4 @@ def reproduce_digits(args) -> None:
     config = digits_config(args)
     if args.data_dir is not None and not args.data_dir.is_dir():  # refuse a bad path before anything is written
         raise RedkitError(f"MNIST directory not found: {args.data_dir}")
-    reproduce_digits(args.save_dir, config, args.run)
+    reproduce_digits(args.out, config, args.run)

@@ -2,10 +2,10 @@
 model on text. Everything else (run directory, config matching, module directories, log, timings)
 is Run's, and the stages experts / heads / router / gate run on it unchanged.
 
-    <save_dir>/config.json         the resolved DigitsConfig (a rerun with other settings is refused)
-    <save_dir>/splits.json         indices and counts per split and per domain, source hashes
-    <save_dir>/cache/              backbone features per split, keyed by backbone fingerprint + data hash
-    <save_dir>/modules/backbone/   the MLP backbone; modules/classifier, experts/, heads/, router, gate
+    <out>/config.json         the resolved DigitsConfig (a rerun with other settings is refused)
+    <out>/splits.json         indices and counts per split and per domain, source hashes
+    <out>/cache/              backbone features per split, keyed by backbone fingerprint + data hash
+    <out>/modules/backbone/   the MLP backbone; modules/classifier, experts/, heads/, router, gate
 """
 
 import json
@@ -63,7 +63,7 @@ class DigitsRun(Run):
                 where = self.config.data_dir or "scikit-learn's digits"
                 raise RedkitError(
                     f"{where}: the images differ from those {self.splits_path} was made from; "
-                    "use another --save_dir or delete it"
+                    "use another --out or delete it"
                 )
             return summary
         summary = make_splits(self.source, self.config.val_ratio, self.config.base_ratio, self.config.split_seed)

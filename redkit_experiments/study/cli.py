@@ -203,3 +203,49 @@ def tuning(args) -> None:
         seed=args.seed,
     )
     run_tuning_study(args.out, config)
+
+
+def _incremental_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--data",
+        type=Path,
+        default=None,
+        help="CLINC150 (data_full.json) or a fit data directory (default data/clinc150)",
+    )
+    p.add_argument(
+        "--protocol",
+        choices=("domains", "classes"),
+        default="domains",
+        help="a step per domain, or per group of classes",
+    )
+    p.add_argument("--order", type=int, default=0, help="the steps' order, shuffled with this seed (default 0)")
+    p.add_argument("--classes-per-task", type=int, default=10, help="classes protocol: classes per step (default 10)")
+    p.add_argument("--method", action="append", default=None, help="a method to run (repeatable; default every one)")
+    p.add_argument(
+        "--epochs-per-step", type=int, default=3, help="every fine-tuning strategy's epochs per step (default 3)"
+    )
+    p.add_argument(
+        "--joint-steps", default="last", help="when joint is retrained: last (default), all, or steps such as 1,5,10"
+    )
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--device", default="cpu", help="cpu, cuda, cuda:1, ...")
+    p.add_argument("--out", type=Path, required=True, help="the study's directory (results.json, report.md, cache)")
+
+
+@sub_command(STUDIES, "incremental", _incremental_options)
+def incremental(args) -> None:
+    from redkit.data.clinc150 import DEFAULT_DIR as DEFAULT_DATA
+    from redkit_experiments.incremental.study import IncrementalConfig, run_incremental_study
+
+    config = IncrementalConfig(
+        data_dir=str((args.data or DEFAULT_DATA).resolve()),
+        protocol=args.protocol,
+        order=args.order,
+        classes_per_task=args.classes_per_task,
+        methods=tuple(args.method or ()),
+        seed=args.seed,
+        epochs_per_step=args.epochs_per_step,
+        joint_steps=args.joint_steps,
+        device=args.device,
+    )
+    run_incremental_study(config, args.out)

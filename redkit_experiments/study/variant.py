@@ -20,6 +20,10 @@ from redkit.space import LabelSpace
 from redkit.train.stage_run import StageRun
 
 BASE_MODULES = ("classifier", "backbone_top")  # stage base's: always the parent's
+# The global head is trained on all of train over every class: how the answers are divided among experts
+# (K) or the experts' rank do not change it, so a variant that retrains the domains' heads still reads the
+# parent's (the label routers and the global_head composition need it in every variant).
+GLOBAL_HEAD = ("heads", "global_full")
 
 
 class VariantRun(StageRun):
@@ -53,7 +57,7 @@ class VariantRun(StageRun):
         return self.parent.space.in_equal_parts(self.experts) if self.experts else self.parent.space
 
     def module_dir(self, *parts: str) -> Path:
-        if parts[0] in BASE_MODULES or parts[0] not in self.trains:
+        if parts[0] in BASE_MODULES or parts[0] not in self.trains or parts == GLOBAL_HEAD:
             return self.parent.module_dir(*parts)
         return self.dir / "modules" / Path(*parts)
 

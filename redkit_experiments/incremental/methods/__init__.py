@@ -1,0 +1,6 @@
+"""The methods of the incremental study, registered in METHODS by importing their modules."""
+
+# isort: skip_file
+
+from redkit_experiments.incremental.methods.base import METHODS, Kept, Method, register_method  # noqa: F401
+from redkit_experiments.incremental.methods import red, frozen, finetune, ewc, lwf, replay  # noqa: F401
