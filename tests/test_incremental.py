@@ -50,6 +50,8 @@ def test_metrics_by_hand():
     assert m["forgetting"] == pytest.approx(((0.9 - 0.4) + (0.8 - 0.7)) / 2)
     assert m["backward_transfer"] == pytest.approx(((0.4 - 0.9) + (0.7 - 0.8)) / 2)
     assert continual_metrics([[0.5]], [0.5])["forgetting"] == 0.0
+    gap = continual_metrics([[None], [None, 0.8], [None, 0.7, 1.0]], [0.0, 0.8, 0.8])  # step 0 has no test query
+    assert gap["forgetting"] == pytest.approx(0.1) and gap["backward_transfer"] == pytest.approx(-0.1)
     with pytest.raises(ValueError):
         continual_metrics([[0.5], [0.5]], [0.5, 0.5])
 

@@ -68,9 +68,11 @@ def _print_steps(path: Path, result: dict) -> None:
 @contextmanager
 def _saying_reused_features():
     """Say, on stderr beside the progress bars (stdout stays the table), the library's one line per features
-    read from the run's cache (redkit.features' log)."""
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter("%(message)s"))
+    read from the run's cache (redkit.features' log), once the evaluation has succeeded: an error stays the
+    one line it is."""
+    said: list[str] = []
+    handler = logging.Handler()
+    handler.emit = lambda record: said.append(record.getMessage())
     log = logging.getLogger("redkit.features")
     level, propagate = log.level, log.propagate
     log.addHandler(handler)
@@ -82,3 +84,5 @@ def _saying_reused_features():
         log.removeHandler(handler)
         log.setLevel(level)
         log.propagate = propagate
+    for line in said:
+        print(line, file=sys.stderr)

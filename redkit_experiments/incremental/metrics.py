@@ -8,7 +8,8 @@
     forgetting                    mean over j < T of max_{t < T} accuracy[t][j] - accuracy[T][j]  (Chaudhry et al. 2018)
     backward_transfer             mean over j < T of accuracy[T][j] - accuracy[j][j]      (Lopez-Paz & Ranzato 2017)
 
-T is the last step. With one step, forgetting and backward transfer are 0 (nothing came before).
+T is the last step. With one step, forgetting and backward transfer are 0 (nothing came before). A step
+with no test query has None for its accuracies and is left out of forgetting and backward transfer.
 """
 
 
@@ -19,14 +20,16 @@ def continual_metrics(accuracy: list[list[float]], seen: list[float]) -> dict[st
     for t, row in enumerate(accuracy):
         if len(row) != t + 1:
             raise ValueError(f"step {t}: {len(row)} accuracies, expected {t + 1} (every step seen so far)")
-    earlier = range(last)
+    earlier = [j for j in range(last) if accuracy[last][j] is not None]
     return {
         "final_accuracy": seen[last],
         "average_incremental_accuracy": sum(seen) / len(seen),
         "forgetting": (
-            sum(max(accuracy[t][j] for t in range(j, last)) - accuracy[last][j] for j in earlier) / last
-            if last
+            sum(max(accuracy[t][j] for t in range(j, last)) - accuracy[last][j] for j in earlier) / len(earlier)
+            if earlier
             else 0.0
         ),
-        "backward_transfer": sum(accuracy[last][j] - accuracy[j][j] for j in earlier) / last if last else 0.0,
+        "backward_transfer": (
+            sum(accuracy[last][j] - accuracy[j][j] for j in earlier) / len(earlier) if earlier else 0.0
+        ),
     }
