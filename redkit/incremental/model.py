@@ -15,7 +15,7 @@ from torch import nn
 
 from redkit.errors import RedkitError
 from redkit.incremental.gaussian import SHRINKAGE, discriminant, domain_scores
-from redkit.incremental.owner import OwnerShare
+from redkit.incremental.owner import OwnerShare, owner_log_probs
 from redkit.incremental.projection import RandomProjection
 from redkit.incremental.statistics import ClassStatistics, merge
 
@@ -61,6 +61,6 @@ class ReplayFreeRED(nn.Module):
         """(N, d) -> (log p(y|h) (N, C), α (N, K))."""
         log_alpha = self.route(h)
         within = torch.cat(
-            [torch.log_softmax(rows(h + expert(h)), dim=-1) for expert, rows in zip(self.experts, self.rows)], dim=1
+            [owner_log_probs(expert, rows, h) for expert, rows in zip(self.experts, self.rows)], dim=1
         )  # (N, C): each owner's classes, its own distribution
         return within + log_alpha[:, self.class_domains], log_alpha.exp()

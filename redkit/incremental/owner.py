@@ -38,7 +38,12 @@ class OwnerShare:
 
     def log_probs(self, h: torch.Tensor) -> torch.Tensor:
         """(N, d) -> (N, C_t) log-probabilities over the owner's own classes."""
-        return F.log_softmax(self.rows(h + self.expert(h)), dim=-1)
+        return owner_log_probs(self.expert, self.rows, h)
+
+
+def owner_log_probs(expert: nn.Module, rows: nn.Module, h: torch.Tensor) -> torch.Tensor:
+    """(N, d) -> (N, C_t): log softmax R_t(h + Δh_t(h)), an owner's distribution over its own classes."""
+    return F.log_softmax(rows(h + expert(h)), dim=-1)
 
     def module_bytes(self) -> int:
         return sum(p.numel() * p.element_size() for m in (self.expert, self.rows) for p in m.state_dict().values())

@@ -12,8 +12,6 @@ of epochs per task and have no held-out data of earlier tasks to stop on). The s
 (ewc.py, lwf.py, replay.py) override `extra_loss`, `before_step` and `after_step`.
 """
 
-import copy
-
 import torch
 from torch import nn
 from torch.nn import functional as F
@@ -28,10 +26,14 @@ EVAL_BATCH = 256
 class FineTuned(Method):
     def __init__(self, context):
         super().__init__(context)
-        self.backbone = context.pretrained_backbone()  # its own copy: top N layers trainable
-        torch.manual_seed(context.config.seed)  # the classifier's init: the same for every strategy
-        self.classifier = Classifier(Classifier.Config(context.dim, len(context.stream.classes)))
+        self.start_afresh()
         self.seen = torch.zeros(len(context.stream.classes), dtype=torch.bool)  # (C,) classes arrived so far
+
+    def start_afresh(self) -> None:
+        """The pretrained backbone (its own copy: top N layers trainable) and the initial classifier."""
+        self.backbone = self.context.pretrained_backbone()
+        torch.manual_seed(self.context.config.seed)  # the classifier's init: the same for every strategy
+        self.classifier = Classifier(Classifier.Config(self.context.dim, len(self.context.stream.classes)))
 
     @property
     def trainable(self) -> nn.ModuleDict:
@@ -132,9 +134,7 @@ class Joint(FineTuned):
         self.last_step, self.trained_at = t, None
         if t not in self.context.config.joint_steps_of(len(self.context.stream.steps)):
             return
-        fresh = copy.copy(self)  # the pretrained backbone and the initial classifier, again
-        FineTuned.__init__(fresh, self.context)
-        self.backbone, self.classifier = fresh.backbone, fresh.classifier
+        self.start_afresh()
         super().learn(t)
         self.trained_at = t
 
