@@ -230,6 +230,14 @@ ELSEWHERE = {
     "redkit remove-domain --run RUN --domain NAME [--out RUN2]": ("test_lifecycle.py", '"remove-domain"'),
     "redkit train-expert --bundle BUNDLE --data NEWDIR --out EXPERT": ("test_lifecycle.py", '"train-expert"'),
     "redkit add-domain --run RUN --expert EXPERT": ("test_lifecycle.py", '"--expert"'),
+    "redkit add-domain --run RUN --data NEWDIR --router gaussian": (
+        "test_replay_free_lifecycle.py",
+        '"--router", "gaussian"',
+    ),
+    "redkit train-expert --bundle BUNDLE --data NEWDIR --out EXPERT --modules-only": (
+        "test_replay_free_lifecycle.py",
+        '"--modules-only"',
+    ),
     "redkit study lifecycle --run RUN": ("test_lifecycle.py", '"study", "lifecycle"'),
     "redkit reproduce spectra [--experts 8] [--steps N] [--seeds 3] [--sweep 4,8,16,32]": (
         "test_spectra.py",

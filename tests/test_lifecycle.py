@@ -34,7 +34,12 @@ def _digest(directory: Path) -> dict[str, str]:
 
 def _tech(directory: Path) -> Path:
     """The new domain: tech support requests, whose intents (reset, slow, connect) the run has never seen."""
-    rows = [r for r in topic_records(600, 5, 3, seed=11) if r["domain"] == "tech"][:80]
+    return domain_data(directory, "tech")
+
+
+def domain_data(directory: Path, domain: str) -> Path:
+    """One domain of the generated topics as a new domain's data: 60 training and 20 test records."""
+    rows = [r for r in topic_records(600, 5, 3, seed=11) if r["domain"] == domain][:80]
     directory.mkdir(parents=True)
     (directory / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows[:60]))
     (directory / "test.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows[60:]))

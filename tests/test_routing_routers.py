@@ -52,7 +52,9 @@ def test_every_router_the_dense_one_included_has_one_declared_interface(name):
     cls = ROUTERS[name]
     assert issubclass(cls, RouterBase) and cls.route is not RouterBase.route
     assert cls.name == name and MODULES[cls.kind] is cls and isinstance(cls.training_free, bool)
-    assert cls.training_free == (name in ("prototype", "arrow", "labels"))
+    assert cls.training_free == (name in ("prototype", "arrow", "labels", "gaussian"))
+    assert cls.replay_free == (name == "gaussian")  # built from each domain's own module: owner_part is its
+    assert (cls.owner_part.__func__ is not RouterBase.owner_part.__func__) == cls.replay_free
 
 
 def test_the_spine_does_not_probe_routers_for_what_they_are():

@@ -38,13 +38,15 @@ from redkit.jsonfile import read_json
 from redkit.modules.store import CONFIG, WEIGHTS, module_exists, parse_meta
 
 HEADS = "heads"  # modules/heads/: exported only when asked for
+STATISTICS = "statistics"  # redkit/routers/gaussian.py STATISTICS (not imported: it needs torch)
 OOS = "oos.json"  # redkit/oos/evaluate.py OOS_FILE (not imported: it needs torch)
 
 
 def _modules(run: Path, heads: bool) -> list[Path]:
-    """Every module directory under <run>/modules, relative to the run (heads/ only if asked)."""
+    """Every module directory under <run>/modules, relative to the run (heads/ only if asked), but the
+    replay-free router's statistics: what it routes with is in the router; they serve the run's next change."""
     found = sorted(cfg.parent.relative_to(run) for cfg in (run / "modules").rglob(CONFIG) if module_exists(cfg.parent))
-    return [m for m in found if heads or m.parts[1] != HEADS]
+    return [m for m in found if (heads or m.parts[1] != HEADS) and m.parts[1] != STATISTICS]
 
 
 def _decomposer_module(run: Path, config: dict) -> Path | None:

@@ -14,6 +14,12 @@ def _domain_options(p: argparse.ArgumentParser) -> None:
     )
     source.add_argument("--expert", type=Path, help="an expert directory made elsewhere by redkit train-expert")
     p.add_argument("--out", type=Path, default=None, help="the new run (default <run>+<domain>)")
+    p.add_argument(
+        "--router",
+        default=None,
+        help="the new run's router and gate (default: the run's); gaussian: replay-free, built from each domain's "
+        "class statistics (computed once per old domain from its own data), so later adds read no other domain's data",
+    )
 
 
 @command(
@@ -24,4 +30,4 @@ def _domain_options(p: argparse.ArgumentParser) -> None:
 def add_domain(args) -> None:
     from redkit.lifecycle.add import add_domain
 
-    add_domain(args.run, args.data, args.out, expert_dir=args.expert)
+    add_domain(args.run, args.data, args.out, expert_dir=args.expert, router=args.router)

@@ -28,6 +28,11 @@ def _expert_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--bundle", required=True, type=Path, help="a bundle of the fit run (redkit export), only read")
     p.add_argument("--data", required=True, type=Path, help="the new domain(s)' train.jsonl|csv (+ optional val, test)")
     p.add_argument("--out", required=True, type=Path, help="the expert directory to write")
+    p.add_argument(
+        "--modules-only",
+        action="store_true",
+        help="keep no data in the expert directory, only its modules (the run's router must be gaussian)",
+    )
 
 
 @command(
@@ -38,4 +43,4 @@ def _expert_options(p: argparse.ArgumentParser) -> None:
 def train_expert(args) -> None:
     from redkit.lifecycle.expert import train_expert
 
-    train_expert(args.bundle, args.data, args.out)
+    train_expert(args.bundle, args.data, args.out, modules_only=args.modules_only)

@@ -57,7 +57,8 @@ def router_option(p: argparse.ArgumentParser) -> None:
         "--router",
         default="dense",
         help="router and gate kind, from the zoo: dense (default), switch, top2, "
-        "expert_choice, loss_free, spectra, prototype, arrow, labels, dense_labels",
+        "expert_choice, loss_free, spectra, prototype, arrow, labels, dense_labels, gaussian (replay-free: built from "
+        "each domain's class statistics, so add-domain reads no other domain's data)",
     )
     p.add_argument(
         "--router-loss",

@@ -29,10 +29,14 @@ def discriminant(stats: ClassStatistics, shrinkage: float = SHRINKAGE) -> tuple[
 
 
 def domain_scores(class_scores: torch.Tensor, class_domains: torch.Tensor, num_domains: int) -> torch.Tensor:
-    """(N, C) class scores, (C,) each class's domain -> (N, K) log Σ_{c in domain} exp(score_c)."""
-    out = class_scores.new_full((len(class_scores), num_domains), float("-inf"))
-    for k in range(num_domains):
-        columns = class_domains == k
-        if columns.any():
-            out[:, k] = torch.logsumexp(class_scores[:, columns], dim=1)
-    return out
+    """(N, C) class scores, (C,) each class's domain -> (N, K) log Σ_{c in domain k} exp(score_c): every class
+    with the other domains' classes masked to -inf, then a log-sum-exp written out with each domain's own
+    maximum subtracted. No shape depends on the data, so a router built on it exports to ONNX as it is
+    (redkit/routers/gaussian.py), and the scores, Gaussian log-likelihoods in the thousands, never overflow
+    (ONNX's ReduceLogSumExp, as ONNX Runtime runs it, does not subtract the maximum). A domain with no
+    class scores -inf."""
+    domains = torch.arange(num_domains, device=class_domains.device)
+    outside = class_domains.unsqueeze(0) != domains.unsqueeze(1)  # (K, C)
+    masked = class_scores.unsqueeze(1).masked_fill(outside, float("-inf"))  # (N, K, C)
+    top = masked.amax(dim=-1, keepdim=True).clamp(min=torch.finfo(class_scores.dtype).min)  # (N, K, 1) finite
+    return (masked - top).exp().sum(dim=-1).log() + top.squeeze(-1)

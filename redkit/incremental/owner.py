@@ -45,9 +45,6 @@ def owner_log_probs(expert: nn.Module, rows: nn.Module, h: torch.Tensor) -> torc
     """(N, d) -> (N, C_t): log softmax R_t(h + Δh_t(h)), an owner's distribution over its own classes."""
     return F.log_softmax(rows(h + expert(h)), dim=-1)
 
-    def module_bytes(self) -> int:
-        return sum(p.numel() * p.element_size() for m in (self.expert, self.rows) for p in m.state_dict().values())
-
 
 def train_owner_share(
     name: str,

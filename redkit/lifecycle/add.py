@@ -7,7 +7,11 @@
                     on its own data through the frozen classifier, here (--data) or elsewhere from a
                     bundle (--expert, made by `redkit train-expert`)
                   + router and gate over all domains (the only modules that see every domain); with a
-                    training-free router (prototype, arrow) they are built from the data, not trained
+                    training-free router (prototype, arrow) they are built from the data, not trained;
+                    with the replay-free router (gaussian, redkit/routers/gaussian.py) they are built from
+                    every domain's statistics module, reading no domain's data: an expert sent with its
+                    modules only (`redkit train-expert --modules-only`) can then join, and `--router
+                    gaussian` switches a run to it (each old domain's statistics computed from its own data)
 
 The parent is only read; the new run (default `<parent>+<domain>`) holds the parent's data plus the
 new domain's. Every copied module (the parent's, and an expert directory's) is compared by sha256
@@ -15,6 +19,7 @@ after the new run is complete; the result is printed and recorded, and a mismatc
 """
 
 import time
+from dataclasses import replace
 from pathlib import Path
 
 from redkit.errors import RedkitError
@@ -29,7 +34,8 @@ from redkit.lifecycle.derive import (
     shared_parts,
 )
 from redkit.lifecycle.expert import read_expert
-from redkit.lifecycle.grow import grown_config, new_domain_steps
+from redkit.lifecycle.grow import grown_config, grown_like, new_domain_steps
+from redkit.modules.layers import ROUTERS
 from redkit.modules.store import copy_modules
 
 
@@ -38,19 +44,28 @@ def add_domain(
     data_dir: Path | None = None,
     out: Path | None = None,
     expert_dir: Path | None = None,
+    router: str | None = None,
     print_fn=print,
 ) -> dict:
+    """`router`: a ROUTERS name for the new run's router and gate (default: the parent's)."""
     wall = time.perf_counter()
     if (data_dir is None) == (expert_dir is None):
         raise RedkitError(
             "add-domain takes the new domain's data (--data) or an expert made elsewhere (--expert), one of them"
         )
     parent = open_fit_run(parent_dir, "add-domain")
+    router_kind = ROUTERS[router or parent.config.router]  # an unknown name fails (did you mean) before any work
     parts = shared_parts() + [p for d in parent.space.domains for p in domain_parts(parent, d)]
     check_parts(parent, parts)  # before anything is written
     if expert_dir is not None:
         expert = read_expert(Path(expert_dir), parent)
         new, data_dir = expert.data, Path(expert.config.added_data[-1])
+        if not new.splits and not router_kind.replay_free:
+            raise RedkitError(
+                f"{expert_dir}: an expert sent without its data can join only a run whose router is built from "
+                f"each domain's own statistics (--router gaussian); {parent.dir}'s router ({router_kind.name}) "
+                "is trained on every domain's data"
+            )
     else:
         data_dir = Path(data_dir).resolve()
         new = load_fit_data(
@@ -62,7 +77,9 @@ def add_domain(
             labels=parent.space.labels,
             numeric_labels=parent.config.numeric_labels,
         )
-    config = grown_config(parent.config, new, data_dir)
+    config = grown_config(parent.config, new, data_dir) if new.splits else grown_like(parent.config, expert.config)
+    if router and router != parent.config.router:
+        config = replace(config, router=router, router_options={})
     out = Path(out) if out else parent.dir.with_name(f"{parent.dir.name}+{'+'.join(new.domains)}")
     splits = {
         name: parent.splits.get(name, []) + new.splits.get(name, [])
@@ -86,10 +103,20 @@ def add_domain(
         f"(residual, logit) and head of {', '.join(new.domains)}"
         + (f", and label rows for {sum(map(len, new_labels.values()))} new labels" if new_labels else "")
         + ".",
-        f"Retrained over all {run.space.num_domains} domains: the router and the gate.",
+        (
+            f"Built from the {run.space.num_domains} domains' statistics modules, each computed by its owner on its "
+            "own data: the router and the gate (no domain's data read, nothing trained over several domains)."
+            if router_kind.replay_free
+            else f"Retrained over all {run.space.num_domains} domains: the router and the gate."
+        ),
         f"Copied from {parent.dir}, unchanged: {len(parts)} modules (backbone top, classifier C, the other "
         "domains' experts, heads and label rows, the global head).",
     ]
+    if not new.splits:
+        statement.append(
+            f"{', '.join(new.domains)} sent its modules only, no data: this run cannot measure its accuracy "
+            "(its test examples stay with its owner)."
+        )
     if new_labels:
         statement.append(
             "The new labels are output only by their domain's label rows: the old domains' heads score them "
@@ -103,6 +130,8 @@ def add_domain(
         "data": str(data_dir),
         "expert": str(expert_dir) if expert_dir else None,
         "new_labels": new_labels,
+        "replay_free": router_kind.replay_free,
+        "modules_only": not new.splits,
         "statement": statement,
     }
     results = finish(run, parent, digests, change, wall, print_fn)

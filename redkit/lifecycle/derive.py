@@ -24,8 +24,9 @@ from redkit.features import encode, features_path, store_features
 from redkit.fitting.data import FitData
 from redkit.fitting.records import Record
 from redkit.fitting.run import FitRun
-from redkit.modules.store import copy_modules, modules_unchanged
+from redkit.modules.store import copy_modules, module_exists, modules_unchanged
 from redkit.report import markdown_table
+from redkit.routers.gaussian import STATISTICS
 from redkit.run import open_run
 from redkit.train.parallel import Step, run_chains, stage_step
 from redkit.train.stages import EXPERT_KINDS
@@ -51,11 +52,13 @@ def open_fit_run(path: Path, command: str) -> FitRun:
 
 
 def domain_parts(run: FitRun, domain: str) -> list[tuple[str, ...]]:
-    """The modules that belong to one domain: its experts, its head and, if it brought new labels, its label rows."""
+    """The modules that belong to one domain: its experts, its head, if it brought new labels its label rows
+    and, where a replay-free router has one, its share of the routing (redkit/routers/gaussian.py)."""
     return [
         *(("experts", kind, domain) for kind in EXPERT_KINDS),
         ("heads", domain),
         *([("label_rows", domain)] if domain in run.config.label_rows else []),
+        *([(STATISTICS, domain)] if module_exists(run.module_dir(STATISTICS, domain)) else []),
     ]
 
 

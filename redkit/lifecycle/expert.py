@@ -6,7 +6,10 @@
 
 The bundle gives what an expert is trained *through*: the tuned backbone top (for the features)
 and the classifier C (and earlier domains' label rows). EXPERT is a fit-run directory holding only
-the new domain's data and modules, and `expert.json`, which describes it:
+the new domain's data and modules, and `expert.json`, which describes it. With `--modules-only` its
+data is removed once the modules are trained, so nothing of the owner's examples leaves its machine:
+such an expert joins a run whose router is replay-free (`--router gaussian`: the domain's statistics
+module travels instead), and its accuracy is measured where its data is.
 
     {"format": 1, "domains": ["bank_app"], "label_rows": {"bank_app": ["mortgage", ...]},
      "host": {"fingerprint": <tuned backbone's>, "source_fingerprint": ..., "labels": [...],
@@ -31,6 +34,7 @@ from redkit.fitting.run import FitRun
 from redkit.jsonfile import read_json
 from redkit.lifecycle.derive import domain_parts
 from redkit.lifecycle.grow import grown_config, train_new_domains
+from redkit.modules.layers import ROUTERS
 from redkit.modules.store import copy_modules
 from redkit.names import check_name
 from redkit.run import open_run
@@ -48,8 +52,9 @@ def host_digests(run: FitRun) -> dict[str, str]:
     return {"/".join(p): file_digest(run.module_dir(*p) / "model.safetensors") for p in host_parts(run)[1:]}
 
 
-def train_expert(bundle_dir: Path, data_dir: Path, out: Path, print_fn=print) -> dict:
-    """Train the new domain(s) of `data_dir` through the bundle's modules into `out`; returns expert.json's content."""
+def train_expert(bundle_dir: Path, data_dir: Path, out: Path, modules_only: bool = False, print_fn=print) -> dict:
+    """Train the new domain(s) of `data_dir` through the bundle's modules into `out`; returns expert.json's
+    content. `modules_only`: keep no data in `out` (the bundle's router must be replay-free)."""
     wall = time.perf_counter()
     out = Path(out)
     if out.exists() and (out / EXPERT).is_file():
@@ -70,6 +75,11 @@ def train_expert(bundle_dir: Path, data_dir: Path, out: Path, print_fn=print) ->
         numeric_labels=bundle.config.numeric_labels,
     )
     config = grown_config(bundle.config, new, data_dir)
+    if modules_only and not ROUTERS[config.router].replay_free:
+        raise RedkitError(
+            f"{bundle_dir}: its router ({config.router}) is trained on every domain's data, so an expert without "
+            "its data could not join it; --modules-only needs a run fitted with --router gaussian"
+        )
     run = FitRun(out, config)
     run.prepare_data(FitData(new.splits, config.labels, config.numeric_labels, config.domains, new.notes))
     copy_modules(bundle, run, host_parts(bundle))
@@ -88,6 +98,11 @@ def train_expert(bundle_dir: Path, data_dir: Path, out: Path, print_fn=print) ->
         for p in own
         for name in ("config.json", "model.safetensors")
     }
+    examples = {name: len(records) for name, records in run.splits.items()}
+    if modules_only:  # the examples stay with their owner: the directory keeps an empty list of splits
+        for f in (out / "data").glob("*.json*"):
+            f.unlink()
+        write_json(out / "data" / "splits.json", {"splits": {}, "oos": {}, "notes": ["modules only: no data"]})
     files |= {str(Path("data", f.name)): file_entry(f) for f in sorted((out / "data").glob("*.json*"))}
     description = {
         "format": FORMAT,
@@ -95,6 +110,8 @@ def train_expert(bundle_dir: Path, data_dir: Path, out: Path, print_fn=print) ->
         "label_rows": {d: list(config.label_rows[d]) for d in new.domains if d in config.label_rows},
         "host": host,
         "files": files,
+        "examples": examples,  # trained on (counted; with modules_only, not in the directory)
+        "modules_only": modules_only,
         "seconds": time.perf_counter() - wall,
     }
     for p in host_parts(bundle):  # only trained through: the run it is plugged into has them
@@ -102,7 +119,9 @@ def train_expert(bundle_dir: Path, data_dir: Path, out: Path, print_fn=print) ->
     shutil.rmtree(run.cache_dir, ignore_errors=True)
     write_json(out / EXPERT, description)  # last: a directory with expert.json is complete
     print_fn(
-        f"wrote expert {out}: domain(s) {', '.join(new.domains)}, {len(files)} files, trained through {bundle_dir} "
+        f"wrote expert {out}: domain(s) {', '.join(new.domains)}, {len(files)} files"
+        + (" (modules only, no data)" if modules_only else "")
+        + f", trained through {bundle_dir} "
         f"(backbone {host['fingerprint'][:12]}) in {description['seconds']:.1f} s"
     )
     return description

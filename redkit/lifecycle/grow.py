@@ -10,6 +10,7 @@ from pathlib import Path
 from redkit.errors import RedkitError
 from redkit.fitting.data import FitData
 from redkit.lifecycle.new_labels import train_label_rows
+from redkit.modules.layers import ROUTERS
 from redkit.train.parallel import Step, run_chains, stage_step
 from redkit.train.stages import stage_line
 
@@ -51,6 +52,15 @@ def grown_config(config, new: FitData, data_dir: Path):
     )
 
 
+GROWN = ("domains", "labels", "label_domains", "label_rows", "removed_labels", "added_data", "added_domains")
+
+
+def grown_like(config, expert_config):
+    """`config` grown as an expert's owner grew it (`train-expert` ran grown_config on a bundle of this run):
+    for an expert sent without its data, whose new labels cannot be found in data here."""
+    return replace(config, **{name: getattr(expert_config, name) for name in GROWN})
+
+
 def grown_label_domains(config, new: FitData, owners: dict[str, tuple[str, ...]]) -> tuple[str, ...]:
     """The one domain of each label (red_per_domain's label structure), grown by the new labels; empty
     where the run had none, or where a new domain uses a label another domain predicts."""
@@ -66,14 +76,17 @@ def grown_label_domains(config, new: FitData, owners: dict[str, tuple[str, ...]]
 def new_domain_steps(run, names: tuple[str, ...]) -> tuple[list[Step], list[Step]]:
     """The new domains' own modules, each trained alone on its domain's data through the frozen
     (joined) classifier, as two independent chains: RED's (residual expert with the label rows, if
-    the domain brought new labels, then the logit expert) and the baselines' (the full head)."""
+    the domain brought new labels, then the logit expert, then, for a replay-free router, the domain's
+    share of the routing) and the baselines' (the full head)."""
     indices = [run.space.domains.index(d) for d in names]
     red = [
         (lambda i=i: stage_line("label rows", train_label_rows(run, i)))
         for i in indices
         if run.space.domains[i] in run.config.label_rows
     ]
-    return [*red, stage_step(run, "experts", domains=indices)], [stage_step(run, "heads", domains=indices)]
+    router = ROUTERS[run.config.router]
+    routing = [(lambda d=d: stage_line(f"routing {d}", router.owner_part(run, d))) for d in names if router.replay_free]
+    return [*red, stage_step(run, "experts", domains=indices), *routing], [stage_step(run, "heads", domains=indices)]
 
 
 def train_new_domains(run, names: tuple[str, ...], print_fn=print) -> None:

@@ -34,11 +34,15 @@ class RouterBase(nn.Module):
         name           its ROUTERS name (`--router NAME`)
         kind           its MODULES kind: how a saved one is rebuilt
         training_free  True: built from the run's data or experts (`from_run(run, role)`), never trained
+        replay_free    True: built from what each domain's owner computed on its own data alone
+                       (`owner_part(run, domain)`, a module per domain), so a domain is added with no
+                       other domain's data (redkit/routers/gaussian.py)
     """
 
     name: ClassVar[str] = ""
     kind: ClassVar[str] = ""
     training_free: ClassVar[bool] = False
+    replay_free: ClassVar[bool] = False
 
     def route(self, h: torch.Tensor) -> RouterOutput:  # (N, d) -> RouterOutput
         raise NotImplementedError(f"{type(self).__name__} must define route(h)")
@@ -48,6 +52,12 @@ class RouterBase(nn.Module):
         """A fresh router to train for `run` (role "router" or "gate"): from its config alone, unless
         the router reads something of the run (a head it copies)."""
         return cls(cls.Config(dim=run.feature_dim, num_experts=run.space.num_domains, **options))
+
+    @classmethod
+    def owner_part(cls, run, domain: str) -> dict | None:
+        """What the owner of `domain` computes for this router from its own data (a replay-free router's
+        module of that domain); None where the router is trained over every domain instead."""
+        return None
 
     def log_weights(self, out: RouterOutput) -> torch.Tensor:
         """(N, K) log of the weights the mixture uses (an MoE gate's training loss mixes expert

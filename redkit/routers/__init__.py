@@ -10,7 +10,8 @@ this package registers them all.
     prototype      training-free: domain means, cosine nearest    (free.py)
     arrow          training-free: experts' top singular direction (free.py)
     labels         training-free: the domain marginal of a global head's label distribution (labels.py)
+    gaussian       replay-free: per-domain class statistics, a shared-covariance Gaussian  (gaussian.py)
 """
 
-from redkit.routers import expert_choice, free, labels, spectra, topk  # noqa: F401  (registration)
+from redkit.routers import expert_choice, free, gaussian, labels, spectra, topk  # noqa: F401  (registration)
 from redkit.routers.base import RouterBase, RouterOutput  # noqa: F401

@@ -406,15 +406,17 @@ def _fit_router(
     stage: str,
     router: RouterBase,
     loss_fn: Callable,
-    train: tuple,
+    train: Callable[[], tuple],
     val: tuple,
     seed_offset: int,
     retrain: bool = False,
 ) -> dict:
+    """`train`: what the router trains on, computed only if it trains (a training-free router reads no
+    training example: a replay-free one must not)."""
     directory = run.module_dir(stage)
     if not router.training_free:
         return _train_on_features(
-            run, stage, directory, router, loss_fn, train, val, router.kind, None, seed_offset, retrain=retrain
+            run, stage, directory, router, loss_fn, train(), val, router.kind, None, seed_offset, retrain=retrain
         )
     if module_exists(directory) and not retrain:
         return {"skipped": str(directory)}
@@ -449,7 +451,6 @@ def stage_router(run: StageRun, retrain: bool = False) -> dict:
     label loss of the frozen composition, or on both (`config.router_loss`); `retrain`: as stage experts'."""
 
     def work() -> dict:
-        h, y, d = run.split_tensors("train")
         vh, vy, vd = run.split_tensors("val")
         torch.manual_seed(run.config.seed * 1000 + 300)
         router = make_router(run, "router")
@@ -457,18 +458,30 @@ def stage_router(run: StageRun, retrain: bool = False) -> dict:
         if objective not in ROUTER_LOSSES:
             raise RedkitError(f"router_loss {objective!r} is not one of {', '.join(ROUTER_LOSSES)}")
         if objective == "domain":  # CE on the domain, plus the router's auxiliary loss (0 for dense)
-            return _fit_router(run, "router", router, router_loss, (h, d), (vh, vd), 300, retrain)
+
+            def domains() -> tuple:
+                h, _, d = run.split_tensors("train")
+                return h, d
+
+            return _fit_router(run, "router", router, router_loss, domains, (vh, vd), 300, retrain)
         classifier = load_classifier(run).requires_grad_(False)
         experts = [e.requires_grad_(False) for e in load_residual_experts(run)]
-        with torch.no_grad():
-            updates, val_updates = (torch.stack([e(x.to(run.device)) for e in experts], dim=1).cpu() for x in (h, vh))
+
+        @torch.no_grad()
+        def updates(x: torch.Tensor) -> torch.Tensor:  # (N, d) -> (N, K, d) every frozen expert's Δh
+            return torch.stack([e(x.to(run.device)) for e in experts], dim=1).cpu()
+
+        def train() -> tuple:
+            h, y, d = run.split_tensors("train")
+            return h, y, d, updates(h)
+
         return _fit_router(
             run,
             "router",
             router,
             composition_loss(classifier, objective == "label+domain"),
-            (h, y, d, updates),
-            (vh, vy, vd, val_updates),
+            train,
+            (vh, vy, vd, updates(vh)),
             300,
             retrain,
         )
@@ -504,7 +517,6 @@ def stage_gate(run: StageRun, retrain: bool = False) -> dict:
 
     def work() -> dict:
         heads = [head.requires_grad_(False) for head in load_heads(run)]
-        h, y, _ = run.split_tensors("train")
         vh, vy, _ = run.split_tensors("val")
         torch.manual_seed(run.config.seed * 1000 + 400)
         gate = make_router(run, "gate")
@@ -534,9 +546,11 @@ def stage_gate(run: StageRun, retrain: bool = False) -> dict:
             log_w = g.log_weights(out)  # (B, K): dense log_softmax; a sparse router's unselected ~ -28
             return -torch.logsumexp(log_w + log_p_t, dim=1).mean() + out.aux_loss
 
-        return _fit_router(
-            run, "gate", gate, mixture_nll, (h, target_log_probs(h, y)), (vh, target_log_probs(vh, vy)), 400, retrain
-        )
+        def train() -> tuple:
+            h, y, _ = run.split_tensors("train")
+            return h, target_log_probs(h, y)
+
+        return _fit_router(run, "gate", gate, mixture_nll, train, (vh, target_log_probs(vh, vy)), 400, retrain)
 
     return timed(run, "gate", work)
 

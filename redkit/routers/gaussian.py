@@ -1,0 +1,164 @@
+"""A router built from what each domain's owner computed on its own data alone, never retrained: the
+replay-free routing of redkit/incremental in a fit run (`--router gaussian`).
+
+    owner of domain k   its classes' counts, means and within-class scatter of φ(h)       modules/statistics/<k>
+                        (redkit/incremental/statistics.py; φ the frozen random features of projection.py)
+    router              the owners' statistics merged (exact sums: any order, the same bits), one Gaussian per
+                        class with a shared covariance (gaussian.py), α_k(h) = softmax_k log Σ_{c in k} p(φ(h)|c) π_c
+
+A new domain needs only its owner's statistics module: add-domain (and `redkit serve`'s POST /v1/domains)
+rebuild router and gate from the statistics modules, reading no domain's data, so an expert sent with
+its modules alone can join (`redkit train-expert --modules-only`). A domain whose statistics module is
+missing has it computed from that domain's own training examples, once, and saved (the run's own domains
+at `fit`, a new domain at add-domain --data, every domain when an existing run switches to this router).
+The same router serves as the MoE gate: the domain posterior does not depend on which experts it weighs.
+
+Sizes: a statistics module holds a (M, M) float64 scatter (M = 2,048: 33.6 MB), kept in the run for the
+next change and never exported (the router holds the merged discriminant: C × M floats).
+"""
+
+from dataclasses import dataclass
+
+import torch
+from torch.nn import functional as F
+
+from redkit.errors import RedkitError
+from redkit.incremental.gaussian import SHRINKAGE, discriminant, domain_scores
+from redkit.incremental.projection import WIDTH, ProjectionConfig, RandomProjection
+from redkit.incremental.statistics import ClassStatistics, merge
+from redkit.modules.layers import MODULES
+from redkit.modules.store import ModuleMeta, load_module, module_exists, save_module
+from redkit.routers.base import RouterBase, RouterOutput, register_router
+
+STATISTICS = "statistics"  # modules/statistics/<domain>: one owner's share of the routing
+
+
+@dataclass
+class DomainStatisticsConfig:
+    dim: int  # d, the backbone's width (what the module is checked against when loaded)
+    width: int  # M, φ's width (0: φ(h) = h)
+    seed: int  # φ's seed
+    labels: tuple[str, ...] = ()  # the domain's classes, in row order
+
+    def __post_init__(self):
+        self.labels = tuple(self.labels)
+
+
+@MODULES.register(STATISTICS)
+class DomainStatistics(torch.nn.Module):
+    """One domain's ClassStatistics as a module (safetensors + JSON config, like every trained part)."""
+
+    Config = DomainStatisticsConfig
+
+    def __init__(self, config: DomainStatisticsConfig):
+        super().__init__()
+        self.config = config
+        out = config.width or config.dim
+        n = len(config.labels)
+        self.register_buffer("counts", torch.zeros(n, dtype=torch.float64))  # (C_k,)
+        self.register_buffer("means", torch.zeros(n, out, dtype=torch.float64))  # (C_k, M)
+        self.register_buffer("scatter", torch.zeros(out, out, dtype=torch.float64))  # (M, M)
+
+    def statistics(self) -> ClassStatistics:
+        return ClassStatistics(self.config.labels, self.counts, self.means, self.scatter)
+
+
+@dataclass
+class GaussianRouterConfig:
+    dim: int
+    num_experts: int  # K
+    num_classes: int = 0  # C, every domain's classes
+    width: int = WIDTH  # M (redkit/incremental/projection.py, chosen on CLINC150's val)
+    seed: int = 0  # φ's seed
+    shrinkage: float = SHRINKAGE  # λ (redkit/incremental/gaussian.py)
+
+
+@register_router("gaussian")
+class GaussianRouter(RouterBase):
+    Config = GaussianRouterConfig
+    training_free = True
+    replay_free = True
+
+    def __init__(self, config: GaussianRouterConfig):
+        super().__init__()
+        self.config = config
+        self.projection = RandomProjection(ProjectionConfig(config.dim, config.width, config.seed))
+        out = self.projection.out_dim
+        self.register_buffer("weight", torch.zeros(config.num_classes, out))  # (C, M) Σ⁻¹ μ_c
+        self.register_buffer("bias", torch.zeros(config.num_classes))  # (C,)
+        self.register_buffer("class_domains", torch.zeros(config.num_classes, dtype=torch.long))  # (C,)
+
+    def forward(self, h: torch.Tensor) -> torch.Tensor:  # (N, d) -> (N, K) log Σ_{c in k} p(φ(h)|c) π_c
+        class_scores = self.projection(h) @ self.weight.T + self.bias  # (N, C)
+        return domain_scores(class_scores, self.class_domains, self.config.num_experts)
+
+    def route(self, h: torch.Tensor) -> RouterOutput:
+        """Soft, as the replay-free model weighs its owners: α = the domain posterior."""
+        logits = self(h)
+        probs = F.softmax(logits, dim=-1)
+        return RouterOutput(probs, probs.argmax(dim=-1, keepdim=True), probs, logits, logits.new_zeros(()))
+
+    @classmethod
+    def owner_part(cls, run, domain: str) -> dict:
+        """What the owner of `domain` computes for this router from its own data: its statistics module."""
+        path = run.module_dir(STATISTICS, domain)
+        if module_exists(path):
+            return {"skipped": str(path)}
+        options = run.config.router_options
+        projection = RandomProjection(
+            ProjectionConfig(run.feature_dim, options.get("width", WIDTH), options.get("seed", 0))
+        )
+        h, y, d = run.split_tensors("train")
+        own = d == run.space.domains.index(domain)  # (N,) this domain's examples, nobody else's
+        if not own.any():
+            raise RedkitError(
+                f"{path}: missing, and the run holds no training example of domain {domain!r} to compute it from"
+            )
+        classes, y = torch.unique(y[own], return_inverse=True)  # the domain's own classes, in label order
+        labels = tuple(f"{domain}/{run.space.labels[c]}" for c in classes.tolist())  # unique across domains
+        with torch.no_grad():
+            stats = ClassStatistics.of(projection(h[own].double()), y, labels)
+        module = DomainStatistics(
+            DomainStatisticsConfig(run.feature_dim, projection.config.width, projection.config.seed, labels)
+        )
+        for name, tensor in stats.tensors().items():
+            getattr(module, name).copy_(tensor)
+        meta = ModuleMeta(
+            STATISTICS,
+            vars(module.config),
+            run.fingerprint,
+            run.data_hash,
+            run.config.seed,
+            run.space.domains.index(domain),
+            metrics={"examples": int(own.sum())},
+        )
+        save_module(path, module, meta)
+        return {"module": str(path), "examples": int(own.sum())}
+
+    @classmethod
+    def from_run(
+        cls, run, role: str, width: int = WIDTH, seed: int = 0, shrinkage: float = SHRINKAGE
+    ) -> "GaussianRouter":
+        """Merged from every domain's statistics module (each computed first where missing); `role`
+        (router or gate) does not matter: the domain posterior is the same."""
+        shares = {}
+        for domain in run.space.domains:
+            cls.owner_part(run, domain)
+            module, _ = load_module(run.module_dir(STATISTICS, domain), run.fingerprint, run.feature_dim)
+            if (module.config.width, module.config.seed) != (width, seed):
+                raise RedkitError(
+                    f"{run.module_dir(STATISTICS, domain)}: statistics of φ width {module.config.width} seed "
+                    f"{module.config.seed}, but the router's are width {width} seed {seed}"
+                )
+            shares[domain] = module.statistics()
+        stats = merge(shares)  # domains in the order of their names, classes within each in row order
+        order = {domain: k for k, domain in enumerate(run.space.domains)}
+        class_domains = torch.tensor([order[label.split("/", 1)[0]] for label in stats.labels])
+        weight, bias = discriminant(stats, shrinkage)
+        router = cls(
+            GaussianRouterConfig(run.feature_dim, run.space.num_domains, len(stats.labels), width, seed, shrinkage)
+        )
+        router.weight.copy_(weight.float())
+        router.bias.copy_(bias.float())
+        router.class_domains.copy_(class_domains)
+        return router.eval()
