@@ -71,7 +71,8 @@ def test_switching_computes_each_old_domains_statistics_from_its_own_data(world)
         meta = json.loads((switched / "modules" / role / "config.json").read_text())
         assert meta["kind"] == "router_gaussian" and meta["metrics"]["epochs"] == 0
     results = json.loads((switched / "results.json").read_text())
-    assert "statistics modules" in " ".join(results["lifecycle"]["statement"])
+    statement = " ".join(results["lifecycle"]["statement"])
+    assert f"computed here for {', '.join(config['domains'])}; the others copied" in statement
     table = results["lifecycle"]["before_after"]["test"]["red"]
     assert table["health"][1] >= 0.5
     # a router from statistics of a tuned backbone's features routes as well as the trained one here
@@ -106,6 +107,8 @@ def test_it_joins_the_run_copying_every_old_module_and_reading_no_data(world):
         world["experts"] / "tech" / "modules" / "statistics" / "tech" / "model.safetensors"
     )
     assert "sent its modules only" in (added / "report.md").read_text()
+    assert "every one copied: no domain's data read" in " ".join(change["statement"])
+    assert json.loads((added / "config.json").read_text())["added_data"][-1] == str(world["experts"] / "tech")
     assert "tech" not in results["splits"]["test"]["red"]["by_domain"]  # its test examples stay with its owner
 
 

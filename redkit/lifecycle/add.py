@@ -37,6 +37,7 @@ from redkit.lifecycle.expert import read_expert
 from redkit.lifecycle.grow import grown_config, grown_like, new_domain_steps
 from redkit.modules.layers import ROUTERS
 from redkit.modules.store import copy_modules
+from redkit.routers.gaussian import STATISTICS
 
 
 def add_domain(
@@ -59,7 +60,7 @@ def add_domain(
     check_parts(parent, parts)  # before anything is written
     if expert_dir is not None:
         expert = read_expert(Path(expert_dir), parent)
-        new, data_dir = expert.data, Path(expert.config.added_data[-1])
+        new, data_dir = expert.data, Path(expert.config.added_data[-1]) if expert.data.splits else Path(expert_dir)
         if not new.splits and not router_kind.replay_free:
             raise RedkitError(
                 f"{expert_dir}: an expert sent without its data can join only a run whose router is built from "
@@ -77,7 +78,9 @@ def add_domain(
             labels=parent.space.labels,
             numeric_labels=parent.config.numeric_labels,
         )
-    config = grown_config(parent.config, new, data_dir) if new.splits else grown_like(parent.config, expert.config)
+    config = (
+        grown_config(parent.config, new, data_dir) if new.splits else grown_like(parent.config, expert.config, data_dir)
+    )
     if router and router != parent.config.router:
         config = replace(config, router=router, router_options={})
     out = Path(out) if out else parent.dir.with_name(f"{parent.dir.name}+{'+'.join(new.domains)}")
@@ -104,13 +107,13 @@ def add_domain(
         + (f", and label rows for {sum(map(len, new_labels.values()))} new labels" if new_labels else "")
         + ".",
         (
-            f"Built from the {run.space.num_domains} domains' statistics modules, each computed by its owner on its "
-            "own data: the router and the gate (no domain's data read, nothing trained over several domains)."
+            f"Built, not trained, from the {run.space.num_domains} domains' statistics modules, each computed on its "
+            f"own domain's data alone ({routing_sources(run, digests)}): the router and the gate."
             if router_kind.replay_free
             else f"Retrained over all {run.space.num_domains} domains: the router and the gate."
         ),
         f"Copied from {parent.dir}, unchanged: {len(parts)} modules (backbone top, classifier C, the other "
-        "domains' experts, heads and label rows, the global head).",
+        "domains' experts, heads, label rows and routing statistics, the global head).",
     ]
     if not new.splits:
         statement.append(
@@ -140,3 +143,11 @@ def add_domain(
         f"are byte-identical to their source's (sha256 of their weights): {results['lifecycle']['frozen_modules_unchanged']}"
     )
     return results
+
+
+def routing_sources(run, digests: dict[str, str]) -> str:
+    """Where each domain's statistics module came from: copied (the parent's, an expert's) or computed here."""
+    here = [d for d in run.space.domains if f"{STATISTICS}/{d}" not in digests]
+    if not here:
+        return "every one copied: no domain's data read"
+    return f"computed here for {', '.join(here)}; the others copied"

@@ -52,13 +52,15 @@ def grown_config(config, new: FitData, data_dir: Path):
     )
 
 
-GROWN = ("domains", "labels", "label_domains", "label_rows", "removed_labels", "added_data", "added_domains")
+GROWN = ("domains", "labels", "label_domains", "label_rows", "removed_labels", "added_domains")
 
 
-def grown_like(config, expert_config):
+def grown_like(config, expert_config, source: Path):
     """`config` grown as an expert's owner grew it (`train-expert` ran grown_config on a bundle of this run):
-    for an expert sent without its data, whose new labels cannot be found in data here."""
-    return replace(config, **{name: getattr(expert_config, name) for name in GROWN})
+    for an expert sent without its data, whose new labels cannot be found in data here. `source`: the
+    expert directory it came from (the owner's data directory is a path on the owner's machine)."""
+    grown = {name: getattr(expert_config, name) for name in GROWN}
+    return replace(config, **grown, added_data=(*config.added_data, str(source)))
 
 
 def grown_label_domains(config, new: FitData, owners: dict[str, tuple[str, ...]]) -> tuple[str, ...]:
