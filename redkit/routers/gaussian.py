@@ -38,7 +38,7 @@ class DomainStatisticsConfig:
     dim: int  # d, the backbone's width (what the module is checked against when loaded)
     width: int  # M, φ's width (0: φ(h) = h)
     seed: int  # φ's seed
-    labels: tuple[str, ...] = ()  # the domain's classes, in row order
+    labels: tuple[str, ...] = ()  # the domain's classes ("domain/class index"), in row order
 
     def __post_init__(self):
         self.labels = tuple(self.labels)
@@ -115,7 +115,8 @@ class GaussianRouter(RouterBase):
                 f"{path}: missing, and the run holds no training example of domain {domain!r} to compute it from"
             )
         classes, y = torch.unique(y[own], return_inverse=True)  # the domain's own classes, in label order
-        labels = tuple(f"{domain}/{run.space.labels[c]}" for c in classes.tolist())  # unique across domains
+        # "domain/class index": unique across domains (two may share a label), for any run's label space
+        labels = tuple(f"{domain}/{c}" for c in classes.tolist())
         with torch.no_grad():
             stats = ClassStatistics.of(projection(h[own].double()), y, labels)
         module = DomainStatistics(
