@@ -16,7 +16,7 @@ EVAL_EXTERNAL := $(if $(wildcard $(EVAL)),--eval $(EVAL))
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet "$(TORCH)"
-	$(BIN)/python -m pip install --quiet -e ".[dev,peft,serve]"
+	$(BIN)/python -m pip install --quiet -e ".[dev,peft,serve,federated]"
 	touch $@
 
 demo: $(BIN)/.installed

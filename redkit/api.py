@@ -113,13 +113,12 @@ class FittedRun:
 
     def compositions(self) -> tuple[list[str], list[str]]:
         """(the compositions this run can evaluate by default, those it cannot): every one, except
-        that a bundle exported without heads lacks the modules of moe, oracle, the global heads..."""
+        that a bundle exported without heads lacks the modules of moe, oracle, the global heads..., and
+        a run assembled from owners' contributions (redkit/federated) has no global head (nobody's data
+        pooled to train it)."""
         from redkit.compositions import ModuleSet, available_compositions
 
-        default = self.run.default_compositions()
-        if getattr(self.run, "bundle", None) is None:
-            return default, []
-        return available_compositions(ModuleSet(self.run), default)
+        return available_compositions(ModuleSet(self.run), self.run.default_compositions())
 
     def evaluate(self, path: str | Path, compositions: Sequence[str] | None = None) -> dict:
         """Metrics of every composition (or those named) on a file: {composition: metrics}. A fit

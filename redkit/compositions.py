@@ -48,7 +48,8 @@ class Composed(NamedTuple):
 
 
 class MissingModule(RedkitError):
-    """A module a composition needs is absent from a bundle (heads are exported only on request);
+    """A module a composition needs is absent from a bundle (heads are exported only on request) or from a
+    run assembled from owners' contributions (no global head: redkit/federated);
     `compose` adds the composition's name to the line."""
 
     def __init__(self, module: str, composition: str | None = None):
@@ -77,7 +78,8 @@ class ModuleSet:
         key = "/".join(parts)
         if key not in self._loaded:
             run = self.run
-            if getattr(run, "bundle", None) is not None and not module_exists(run.module_dir(*parts)):
+            partial = getattr(run, "bundle", None) is not None or getattr(run, "assembled", False)
+            if partial and not module_exists(run.module_dir(*parts)):
                 raise MissingModule(f"modules/{key}")
             self._loaded[key] = load_module(run.module_dir(*parts), run.fingerprint, run.feature_dim)[0].to(run.device)
         return self._loaded[key]

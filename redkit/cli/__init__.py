@@ -45,6 +45,7 @@ from redkit.cli import (  # noqa: E402,F401
     add,
     evaluate,
     export,
+    federate,
     fit,
     lifecycle,
     predict,

@@ -25,7 +25,9 @@ def run(args) -> None:
     if not args.composition:
         missing = fitted.compositions()[1]
         if missing:
-            print(f"not in this bundle: {', '.join(missing)} (export with --heads)")
+            where = "bundle" if getattr(fitted.run, "bundle", None) is not None else "run"
+            hint = " (export with --heads)" if where == "bundle" else ""
+            print(f"not in this {where}: {', '.join(missing)}, whose modules it does not have{hint}")
     with _saying_reused_features():  # a file whose texts are a split the run cached is not encoded again
         result = fitted.evaluate(args.data, args.composition)
     if "compositions" in result:  # a steps run: questions decomposed and executed

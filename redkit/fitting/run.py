@@ -22,11 +22,19 @@ from redkit.names import check_name
 from redkit.run import RUN_KINDS, TextRun
 from redkit.space import LabelSpace
 
+FEDERATION = "federation.json"  # in a run assembled from owners' contributions: who sent which domains
+
 
 @RUN_KINDS.register("fit")
 class FitRun(TextRun):
     config_class = FitConfig
     reuse_prefix = True
+
+    @property
+    def assembled(self) -> bool:
+        """Assembled from data owners' contributions (redkit/federated/assemble.py): no split, and no module
+        that trains on pooled data (the global head); compositions that need one are not scored."""
+        return (self.dir / FEDERATION).is_file()
 
     @property
     def fields(self) -> Fields:

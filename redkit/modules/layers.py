@@ -12,6 +12,7 @@ A head (and a domain's label rows) can say what the model predicts with it alone
 that is the loss it is trained on, on its own domain, with everything else frozen.
 """
 
+import warnings
 from dataclasses import dataclass
 
 import torch
@@ -38,7 +39,9 @@ class Classifier(nn.Module):
     def __init__(self, config: ClassifierConfig):
         super().__init__()
         self.config = config
-        self.linear = nn.Linear(config.dim, config.num_classes)
+        with warnings.catch_warnings():  # C over no label (redkit/federated/plan.py) has nothing to initialise
+            warnings.filterwarnings("ignore", "Initializing zero-element tensors", UserWarning)
+            self.linear = nn.Linear(config.dim, config.num_classes)
 
     def forward(self, h: torch.Tensor) -> torch.Tensor:  # (B, d) -> (B, C)
         return self.linear(h)

@@ -1,0 +1,10 @@
+"""Owners who never share their data: a RED model assembled from what each owner trained where its data lives
+(`redkit federate`, redkit/federated/flower_app.py over Flower), beside federated averaging (fedavg.py).
+
+    plan.py       what the server sends every owner: the backbone (by fingerprint), the seed, the routing's φ
+    owner.py      one owner's contribution, computed from its own data alone: module files and their manifest
+    assemble.py   the server's checks of a contribution, and the run it assembles from the accepted ones
+    fedavg.py     the reference: FedAvg of the joint fine-tune (one local epoch a round)
+    flower_app.py the Flower ServerApp and ClientApp that carry both
+    federate.py   `redkit federate`: both methods over the same owners, the one-machine recipe, results.json
+"""

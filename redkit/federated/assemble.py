@@ -1,0 +1,182 @@
+"""The server's side: each owner's contribution checked, then the accepted ones assembled into one fit run.
+
+check(received, plan, owner)   received = {relative path: bytes} as it came over the wire
+    size       the whole contribution within the limit (before anything is read)
+    manifest   contribution.json: JSON, format, its domains and labels plain names
+    names      every file a module file of one of its domains: modules/<part>/<domain>/{config.json,
+               model.safetensors}, no other path, nothing left over (a name is never a path unchecked)
+    sha256     every file of the size and sha256 its manifest gives
+    backbone   the manifest's fingerprint and width the plan's, and every module's own (load_module)
+    routing    the statistics of the plan's φ (width, seed): shares of other random features cannot be summed
+─► an accepted contribution is staged under WORK/<owner>/, written only once every check passed
+
+assemble(plan, accepted, OUT)  a fit run of every accepted domain (in the order of their names: the same
+    owners, the same run, whatever order they arrived in): the host (plan.py), each domain's modules copied
+    byte for byte, and router and gate built from the statistics modules (redkit/routers/gaussian.py) --
+    nothing trained, no example read. `redkit eval`, `predict`, `export` and `serve` read it as any fit run.
+"""
+
+import json
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from redkit.atomic import write_json
+from redkit.bundle.manifest import _inside, file_digest
+from redkit.errors import RedkitError
+from redkit.federated.owner import FORMAT, MANIFEST, PARTS
+from redkit.federated.plan import FederationPlan, write_host
+from redkit.fitting.config import FitConfig
+from redkit.fitting.data import FitData
+from redkit.fitting.run import FEDERATION, FitRun
+from redkit.modules.layers import ROUTERS
+from redkit.modules.store import ModuleMeta, load_module, save_module
+from redkit.names import check_name
+
+SIZE_LIMIT = 256 * 2**20  # bytes a contribution may have (a CLINC150 domain's is about 36 MB, its statistics 34)
+FILES = ("config.json", "model.safetensors")
+
+
+@dataclass(frozen=True)
+class Accepted:
+    owner: str
+    directory: Path  # WORK/<owner>/: the contribution as received, checked
+    manifest: dict
+
+
+def check(
+    received: dict[str, bytes], plan: FederationPlan, owner: str, work: Path, limit: int = SIZE_LIMIT
+) -> Accepted:
+    """The contribution `received` from `owner`, checked and staged in work/<owner>; one line naming what is
+    wrong otherwise, and nothing written."""
+    where = f"owner {owner!r}"
+    check_name(owner, "owner", "contribution")
+    size = sum(len(b) for b in received.values())
+    if size > limit:
+        raise RedkitError(f"{where}: contribution of {size:,} bytes, over the limit of {limit:,}")
+    if MANIFEST not in received:
+        raise RedkitError(f"{where}: no {MANIFEST} in its contribution")
+    try:
+        manifest = json.loads(received[MANIFEST])
+    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise RedkitError(f"{where}: {MANIFEST} is not JSON ({err})") from None
+    if (
+        not isinstance(manifest, dict)
+        or manifest.get("format") != FORMAT
+        or not isinstance(manifest.get("files"), dict)
+    ):
+        raise RedkitError(f"{where}: {MANIFEST} is not a contribution manifest of format {FORMAT}")
+    domains = manifest.get("domains")
+    if not isinstance(domains, list) or not domains:
+        raise RedkitError(f"{where}: {MANIFEST} field 'domains' must list its domains")
+    for domain in domains:
+        check_name(domain, "domain", f"{where}: {MANIFEST} field 'domains'")
+    rows = manifest.get("label_rows")
+    if not isinstance(rows, dict) or set(rows) != set(domains):
+        raise RedkitError(f"{where}: {MANIFEST} field 'label_rows' must give each of its domains' labels")
+    if manifest.get("fingerprint") != plan.fingerprint:
+        raise RedkitError(
+            f"{where}: trained on backbone {manifest.get('fingerprint')}, the federation's is {plan.fingerprint}"
+        )
+    if manifest.get("router_options") != plan.router_options:
+        raise RedkitError(
+            f"{where}: routing statistics of φ {manifest.get('router_options')}, not the plan's {plan.router_options}"
+        )
+    expected = {str(Path("modules", *part, d, name)) for d in domains for part in PARTS for name in FILES}
+    listed = set(manifest["files"])
+    for relative in sorted(listed | set(received) - {MANIFEST}):
+        _inside(Path(work), relative, Path(MANIFEST))  # a path, absolute or with '..', is refused here
+        if relative not in expected:
+            raise RedkitError(f"{where}: file {relative!r} is not a module file of its domains {domains}")
+        if relative not in received or relative not in listed:
+            missing = "received but not listed in" if relative in received else "listed in but not received with"
+            raise RedkitError(f"{where}: file {relative!r} {missing} {MANIFEST}")
+    for relative, entry in manifest["files"].items():
+        got = received[relative]
+        if not isinstance(entry, dict) or entry.get("size") != len(got):
+            raise RedkitError(f"{where}: file {relative!r} is not of the size its manifest gives")
+    staging = Path(tempfile.mkdtemp(prefix=f".{owner}.", dir=Path(work)))
+    try:
+        for relative, data in received.items():
+            (staging / relative).parent.mkdir(parents=True, exist_ok=True)
+            (staging / relative).write_bytes(data)
+        for relative, entry in manifest["files"].items():
+            if file_digest(staging / relative) != entry.get("sha256"):
+                raise RedkitError(f"{where}: file {relative!r} does not have the sha256 its manifest gives")
+        dim = None
+        for module in sorted({str(Path(r).parent) for r in manifest["files"]}):
+            _, meta = load_module(staging / module, plan.fingerprint)  # its own fingerprint, and loadable
+            dim = dim or meta.config.get("dim")
+            if meta.config.get("dim") != manifest.get("dim"):
+                raise RedkitError(
+                    f"{where}: {module} is of width {meta.config.get('dim')}, its manifest says {manifest.get('dim')}"
+                )
+        target = Path(work) / owner
+        shutil.rmtree(target, ignore_errors=True)
+        staging.rename(target)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return Accepted(owner, target, manifest)
+
+
+def accepted_in(directory: Path) -> list[Accepted]:
+    """The contributions accepted so far (work/<owner>/ with its manifest), by owner name."""
+    return [
+        Accepted(path.name, path, json.loads((path / MANIFEST).read_text()))
+        for path in sorted(Path(directory).iterdir())
+        if not path.name.startswith(".") and (path / MANIFEST).is_file()
+    ]
+
+
+def assemble(plan: FederationPlan, accepted: list[Accepted], out: Path, print_fn=print) -> FitRun:
+    """The fit run of every accepted owner's domains, at `out` (written to a temporary folder, then renamed)."""
+    out = Path(out)
+    if out.exists():
+        raise RedkitError(f"{out}: already exists; choose another --out or delete it")
+    owner_of = {}
+    for a in accepted:
+        for domain in a.manifest["domains"]:
+            if domain in owner_of:
+                raise RedkitError(f"domain {domain!r} sent by owners {owner_of[domain]!r} and {a.owner!r}: one each")
+            owner_of[domain] = a
+    domains = tuple(sorted(owner_of))
+    label_rows = {d: tuple(owner_of[d].manifest["label_rows"][d]) for d in domains}
+    labels = tuple(label for d in domains for label in label_rows[d])
+    if len(set(labels)) != len(labels):
+        shared = next(x for x in labels if labels.count(x) > 1)
+        raise RedkitError(f"label {shared!r} is in two owners' domains; a label belongs to one domain's rows")
+    config = FitConfig(
+        **plan.config_fields(),
+        labels=labels,
+        domains=domains,
+        label_domains=tuple(d for d in domains for _ in label_rows[d]),
+        label_rows=label_rows,
+    )
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    try:
+        run = FitRun(tmp, config)
+        note = f"assembled over {len(accepted)} owners' contributions: no example of theirs"
+        run.write_data(FitData({}, labels, False, domains, [note]))  # no split: nobody's example is here
+        write_host(run, plan)
+        for domain in domains:
+            source = owner_of[domain].directory
+            for part in PARTS:
+                module = Path("modules", *part, domain)
+                shutil.copytree(source / module, tmp / module)
+        router = ROUTERS[config.router]
+        for role in ("router", "gate"):  # from the statistics modules alone (role does not change it)
+            built = router.from_run(run, role, **config.router_options)
+            metrics = {"epochs": 0, "training_free": True, "from": "statistics"}
+            save_module(
+                run.module_dir(role),
+                built,
+                ModuleMeta(built.kind, vars(built.config), plan.fingerprint, "", plan.seed, metrics=metrics),
+            )
+        write_json(tmp / FEDERATION, {"owners": {a.owner: a.manifest["domains"] for a in accepted}})
+        tmp.rename(out)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    print_fn(f"assembled {out}: {len(domains)} domains from {len(accepted)} owners, {len(labels)} labels")
+    return FitRun(out)

@@ -1,0 +1,102 @@
+"""The reference a team whose data cannot leave its owners runs today: federated averaging (FedAvg, McMahan
+et al. 2017) of the `joint` fine-tune, Flower's strategy on the server (flower_app.py), this on each owner.
+
+    model      the pretrained backbone's top N layers + one classifier over every owner's labels (the label
+               names are agreed up front, as FedAvg needs one output layer; no example is)
+    a round    the server's weights ─► each owner: one local epoch of the joint recipe on its own examples
+               (AdamW, lr 2e-4, weight decay 0.01, batches of 32, label smoothing 0.1; a constant rate: a
+               schedule restarted every round would warm up from 0 each time) ─► the weights back, averaged
+               by example count (Flower's FedAvg)
+    what moves every round, each way and per owner: the N layers and the classifier (count_bytes of Flower's
+               ArrayRecord). The frozen layers' states of an owner's texts are computed once, on its machine.
+"""
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from redkit.backbone import Backbone, BackboneConfig
+from redkit.features import PrefixStates
+from redkit.modules.layers import Classifier
+from redkit.train.loop import TrainConfig, fit
+
+EVAL_BATCH = 256
+
+
+@dataclass
+class FedAvgConfig:
+    backbone: BackboneConfig = field(default_factory=lambda: BackboneConfig(trainable_layers=2, max_length=128))
+    training: TrainConfig = field(
+        default_factory=lambda: TrainConfig(
+            lr=2e-4,
+            batch_size=32,
+            virtual_batch_size=32,
+            max_epochs=1,
+            weight_decay=0.01,
+            label_smoothing=0.1,
+            length_grouped=True,
+        )
+    )
+    seed: int = 0
+
+
+class FineTune:
+    """The fine-tuned model every FedAvg owner holds a copy of: `state()` / `load(state)` are what travels."""
+
+    def __init__(self, config: FedAvgConfig, labels: tuple[str, ...]):
+        self.config, self.labels = config, tuple(labels)
+        self.index = {label: c for c, label in enumerate(self.labels)}
+        self.backbone = Backbone(config.backbone)
+        torch.manual_seed(config.seed)  # the initial classifier: the same on the server and every owner
+        self.classifier = Classifier(Classifier.Config(self.backbone.hidden_size, len(self.labels)))
+
+    def state(self) -> dict[str, torch.Tensor]:
+        """What is averaged: the top layers' and the classifier's tensors, by name."""
+        top = {f"top.{k}": v for k, v in self.backbone.top_state_dict().items()}
+        return top | {f"classifier.{k}": v for k, v in self.classifier.state_dict().items()}
+
+    def load(self, state: dict[str, torch.Tensor]) -> None:
+        self.backbone.load_top_state_dict({k[4:]: v for k, v in state.items() if k.startswith("top.")})
+        self.classifier.load_state_dict({k[11:]: v for k, v in state.items() if k.startswith("classifier.")})
+
+    def states(self, cache: Path, texts: list[str], name: str) -> PrefixStates:
+        return PrefixStates.build(cache, self.backbone, texts, name)
+
+    def train_epoch(self, texts: list[str], labels: list[str], cache: Path, seed: int) -> int:
+        """One local epoch on (texts, labels); returns the number of examples (FedAvg's weight)."""
+        prefix = self.states(cache, texts, "train")
+        y = torch.tensor([self.index[label] for label in labels])
+        trainable = nn.ModuleDict({"top": self.backbone.top_layers, "classifier": self.classifier})
+        smoothing = self.config.training.label_smoothing
+
+        def batch_loss(idx: torch.Tensor) -> torch.Tensor:
+            logits = self.classifier(self.backbone(*prefix.batch(idx, torch.device("cpu"))))
+            return F.cross_entropy(logits, y[idx], label_smoothing=smoothing)
+
+        # One epoch, no early stopping (nothing to select among): the validation figure is not computed.
+        fit(
+            trainable,
+            batch_loss,
+            len(y),
+            lambda: 0.0,
+            self.config.training,
+            seed=seed,
+            desc="fedavg local epoch",
+            lengths=prefix.lengths(),
+        )
+        self.backbone.eval()
+        return len(y)
+
+    @torch.no_grad()
+    def accuracy(self, texts: list[str], labels: list[str], cache: Path, name: str = "test") -> float:
+        prefix = self.states(cache, texts, name)
+        truth = torch.tensor([self.index.get(label, -1) for label in labels])
+        order = torch.argsort(prefix.lengths(), stable=True)  # similar lengths pad less
+        right = 0
+        for chunk in order.split(EVAL_BATCH):
+            logits = self.classifier(self.backbone(*prefix.batch(chunk, torch.device("cpu"))))
+            right += int((logits.argmax(dim=-1) == truth[chunk]).sum())
+        return right / len(truth)

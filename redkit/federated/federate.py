@@ -1,0 +1,181 @@
+"""`redkit federate --data DIR --out RUN`: RED over Flower from owners of one domain each, beside FedAvg.
+
+    RUN/owners-data/<domain>/{train,val}.jsonl   DIR split by domain: what each owner holds (and nobody else)
+    RUN/data/test.jsonl                          the experimenter's test split (every domain): accuracy only
+    RUN/accepted/<owner>/                        each owner's contribution as received and checked
+    RUN/model/, RUN/bundle/                      the assembled fit run and its bundle (eval, predict, serve)
+    RUN/one-machine/                             the same recipe in one process (same_modules: sha256)
+    RUN/results.json, RUN/report.md, RUN/accuracy_vs_bytes.png
+
+The simulation runtime (Flower's, on Ray) runs every owner on this machine; the deployment runtime starts a
+SuperLink and one SuperNode per owner on 127.0.0.1, each given only its own data directory (deployment.py).
+"""
+
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from redkit.atomic import write_json, write_jsonl
+from redkit.bundle.manifest import file_digest
+from redkit.errors import RedkitError
+from redkit.federated.assemble import accepted_in, assemble, check
+from redkit.federated.fedavg import FedAvgConfig, FineTune
+from redkit.federated.flower_app import Settings, apps
+from redkit.federated.owner import package, train_contribution
+from redkit.federated.plan import FederationPlan
+from redkit.fitting.data import load_run_data
+from redkit.fitting.records import Fields, LabelReader, read_records
+from redkit.jsonfile import read_json
+from redkit.names import check_name
+from redkit.provenance import provenance
+
+RUNTIMES = ("simulation", "deployment")
+
+
+@dataclass
+class FederateConfig:
+    data_dir: str
+    out: str
+    runtime: str = "simulation"
+    rounds: int = 10  # FedAvg's (at least 10 for the comparison; 0: RED only)
+    seed: int = 0
+    joint_epochs: int = 3  # joint_central: the joint fine-tune on the pooled data, the bound no owner may run
+    one_machine: bool = True  # the same recipe in one process, for same_modules
+
+    def __post_init__(self):
+        if self.runtime not in RUNTIMES:
+            raise RedkitError(f"--runtime {self.runtime!r} is not one of {', '.join(RUNTIMES)}")
+
+
+def split_owners(data_dir: Path, out: Path, seed: int) -> tuple[list[Path], Path, tuple[str, ...]]:
+    """DIR (fit files or CLINC150's data_full.json) split into one directory per domain (train and val) and the
+    test split kept apart; (owner directories, test file, labels)."""
+    fmt = "clinc150" if (Path(data_dir) / "data_full.json").is_file() else "files"
+    data = load_run_data(Path(data_dir), fmt, Fields(), seed, 0.1)
+    owners = []
+    for domain in data.domains:
+        directory = out / "owners-data" / check_name(domain, "domain", str(data_dir))
+        for split in ("train", "val"):
+            write_jsonl(directory / f"{split}.jsonl", (r.to_json() for r in data.splits[split] if r.domain == domain))
+        owners.append(directory)
+    if "test" not in data.splits:
+        raise RedkitError(f"{data_dir}: no test split; the comparison needs one (test.jsonl)")
+    test = out / "data" / "test.jsonl"
+    write_jsonl(test, (r.to_json() for r in data.splits["test"]))
+    return owners, test, tuple(data.labels)
+
+
+def in_scope_accuracy(run_dir: Path, test: Path, composition: str = "red") -> float:
+    from redkit.api import load
+
+    return load(run_dir).evaluate(test, [composition])[composition]["accuracy"]
+
+
+def one_machine(plan: FederationPlan, owners: list[Path], out: Path, print_fn=print) -> dict:
+    """Every owner's contribution computed here, one after the other, and assembled as the server does."""
+    start = time.perf_counter()
+    accepted_dir = out / "accepted"
+    accepted_dir.mkdir(parents=True, exist_ok=True)
+    for data in owners:
+        manifest = train_contribution(plan, data, out / "owners" / data.name, print_fn=lambda *_: None)
+        check(package(out / "owners" / data.name, manifest), plan, data.name, accepted_dir)
+    if (out / "model").exists():
+        import shutil
+
+        shutil.rmtree(out / "model")
+    assemble(plan, accepted_in(accepted_dir), out / "model", print_fn)
+    return {"seconds": time.perf_counter() - start}
+
+
+def module_digests(run_dir: Path) -> dict[str, str]:
+    """sha256 of every module's weights in a run (modules/<part>/.../model.safetensors)."""
+    return {
+        str(p.parent.relative_to(run_dir)): file_digest(p)
+        for p in sorted((run_dir / "modules").rglob("model.safetensors"))
+    }
+
+
+def joint_central(labels: tuple[str, ...], owners: list[Path], test: Path, epochs: int, seed: int, cache: Path) -> dict:
+    """The joint fine-tune on every owner's training examples pooled: what no owner may run."""
+    from dataclasses import replace
+
+    from redkit.fitting.data import load_fit_data
+
+    start = time.perf_counter()
+    train = [r for d in owners for r in load_fit_data(d, Fields(), seed, 0.1).splits["train"]]
+    config = FedAvgConfig(seed=seed)
+    config.training = replace(config.training, max_epochs=epochs, schedule="linear", warmup_ratio=0.1)
+    model = FineTune(config, labels)
+    model.train_epoch([r.question for r in train], [r.answer for r in train], cache, seed)
+    records = read_records(test, Fields(), LabelReader())
+    accuracy = model.accuracy([r.question for r in records], [r.answer for r in records], cache)
+    return {"accuracy": accuracy, "epochs": epochs, "examples": len(train), "seconds": time.perf_counter() - start}
+
+
+def federate(config: FederateConfig, print_fn=print) -> dict:
+    out = Path(config.out)
+    out.mkdir(parents=True, exist_ok=True)
+    owners, test, labels = split_owners(Path(config.data_dir), out, config.seed)
+    plan = FederationPlan.of(seed=config.seed)
+    settings = Settings(
+        plan=plan.to_json(),
+        run_dir=str(out.resolve()),
+        owners=len(owners),
+        rounds=config.rounds,
+        labels=list(labels),
+        test=str(test.resolve()),
+        owner_dirs=[str(d.resolve()) for d in owners],
+        owner_work=str((out / "owners").resolve()),
+    )
+    print_fn(f"{len(owners)} owners ({', '.join(d.name for d in owners)}), runtime {config.runtime}")
+    wall = time.perf_counter()
+    if config.runtime == "simulation":
+        run_simulation(settings)
+    else:
+        from redkit.federated.deployment import run_deployment
+
+        run_deployment(settings, owners, out, print_fn)
+    server = read_json(out / "federation" / "server.json", "the federation server's results")
+    red = server["red"]
+    red["accuracy"] = in_scope_accuracy(out / "model", test)
+    red["accuracy_per_domain_composition"] = in_scope_accuracy(out / "model", test, "red_per_domain")
+    results = {
+        "red": red,
+        "runtime": config.runtime,
+        "wall_seconds": time.perf_counter() - wall,
+        "fedavg": server["fedavg"],
+    }
+    if config.one_machine:
+        same = one_machine(plan, owners, out / "one-machine", print_fn)
+        same["accuracy"] = in_scope_accuracy(out / "one-machine" / "model", test)
+        digests, local = module_digests(out / "model"), module_digests(out / "one-machine" / "model")
+        results["one_machine"] = same
+        results["same_modules"] = digests == local
+        results["modules_compared"] = len(digests)
+    if config.joint_epochs:
+        results["joint_central"] = joint_central(
+            labels, owners, test, config.joint_epochs, config.seed, out / "fedavg-cache"
+        )
+    results["config"] = asdict(config)
+    results["provenance"] = provenance()
+    write_json(out / "results.json", results)
+    from redkit.federated.report import write_report
+
+    write_report(out, results)
+    return results
+
+
+def run_simulation(settings: Settings, mods: tuple = ()) -> None:
+    """Flower's simulation runtime: one SuperNode per owner on this machine (Ray), one owner at a time (each
+    owner's training is given both cores, as it would have its own machine's)."""
+    from flwr.simulation import run_simulation as flower_simulation
+
+    server, client = apps(settings, mods)
+    flower_simulation(
+        server_app=server,
+        client_app=client,
+        num_supernodes=settings.owners,
+        backend_config={"client_resources": {"num_cpus": 2, "num_gpus": 0.0}, "init_args": {"num_cpus": 2}},
+    )
+    if not (Path(settings.run_dir) / "federation" / "server.json").is_file():
+        raise RedkitError("the Flower server app ended without its results (see the log above for its error)")

@@ -1,0 +1,284 @@
+"""The Flower app that carries both methods: one ServerApp (the federation's server) and one ClientApp (each
+owner), over Flower's messages (RecordDict: ArrayRecord, ConfigRecord, MetricRecord) and nothing else.
+
+    server                                            owner (one per SuperNode, its data only)
+    query.owner   ─────── who are you? ──────────────► its name (its data directory's)
+    train.red     ─────── the plan (plan.py) ────────► train_contribution (owner.py) on its data
+                  ◄────── module files + manifest ────  (an ArrayRecord of uint8 arrays, one per file)
+      check each (assemble.py), assemble the accepted into RUN/model, export RUN/bundle
+    train         ─────── FedAvg weights ────────────► one local epoch (fedavg.py)
+                  ◄────── weights, example count ────  Flower's FedAvg averages them, R rounds
+
+Settings reach both sides two ways: the simulation runtime builds the apps around a `Settings` (closures,
+`apps(settings)`); the deployment runtime (`flwr run`) loads the module-level `server` and `client`, which read
+the same settings from the run config (key "settings": Settings as JSON) and each SuperNode's node config
+("data-dir": its own data, "work-dir": where it keeps its work).
+"""
+
+import json
+import shutil
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, MetricRecord, RecordDict
+from flwr.clientapp import ClientApp
+from flwr.serverapp import Grid, ServerApp
+from flwr.serverapp.strategy import FedAvg
+
+from redkit.atomic import write_json
+from redkit.errors import RedkitError
+from redkit.federated.assemble import SIZE_LIMIT, accepted_in, assemble, check
+from redkit.federated.fedavg import FedAvgConfig, FineTune
+from redkit.federated.owner import package, train_contribution
+from redkit.federated.plan import FederationPlan
+from redkit.fitting.data import load_fit_data
+from redkit.fitting.records import Fields, LabelReader, read_records
+from redkit.names import check_name
+
+
+@dataclass
+class Settings:
+    plan: str  # FederationPlan as JSON
+    run_dir: str  # RUN, on the server
+    owners: int  # how many owners the server waits for
+    rounds: int = 10  # FedAvg's; 0: RED only
+    labels: list[str] = field(default_factory=list)  # FedAvg's output layer (agreed label names)
+    test: str = ""  # the experimenter's test file, for FedAvg's accuracy after every round ("": none)
+    owner_dirs: list[str] = field(default_factory=list)  # simulation: partition i's data directory
+    owner_work: str = ""  # simulation: where owner i keeps its work (OWNER_WORK/<owner>)
+    timeout: float = 3600.0  # seconds the server waits for a round's replies
+    size_limit: int = SIZE_LIMIT  # bytes a contribution may have
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self))
+
+    @classmethod
+    def from_context(cls, context: Context) -> "Settings":
+        return cls(**json.loads(context.run_config["settings"]))
+
+
+# ---- the owner's side ------------------------------------------------------------------------------------
+
+
+def owner_paths(context: Context, settings: Settings) -> tuple[str, Path, Path]:
+    """(owner name, its data directory, its work directory): the SuperNode's node config where given
+    (deployment), else partition i of the settings' owners (simulation)."""
+    config = context.node_config
+    if "data-dir" in config:
+        data = Path(str(config["data-dir"]))
+        work = Path(str(config.get("work-dir", data.parent / f"{data.name}.work")))
+    else:
+        data = Path(settings.owner_dirs[int(config["partition-id"])])
+        work = Path(settings.owner_work) / data.name
+    return check_name(data.name, "owner", f"data directory {data}"), data, work
+
+
+def client_app(settings: Settings | None = None, mods: tuple = ()) -> ClientApp:
+    """The owner's app; `settings` None: read from the run config (deployment). `mods`: Flower mods around every
+    handler (the fault tests kill an owner with one)."""
+    app = ClientApp(mods=list(mods))
+
+    def resolved(context: Context) -> Settings:
+        return settings or Settings.from_context(context)
+
+    @app.query("owner")
+    def who(message: Message, context: Context) -> Message:
+        name, _, _ = owner_paths(context, resolved(context))
+        return Message(RecordDict({"owner": ConfigRecord({"owner": name})}), reply_to=message)
+
+    @app.train("red")
+    def contribute(message: Message, context: Context) -> Message:
+        name, data, work = owner_paths(context, resolved(context))
+        plan = FederationPlan.from_json(str(message.content["plan"]["plan"]))
+        manifest = train_contribution(plan, data, work, print_fn=lambda *_: None)
+        files = package(work, manifest)  # module files and the manifest: no example, no feature
+        arrays = ArrayRecord({rel: Array(np.frombuffer(b, dtype=np.uint8)) for rel, b in files.items()})
+        return Message(RecordDict({"files": arrays, "owner": ConfigRecord({"owner": name})}), reply_to=message)
+
+    @app.train()
+    def local_epoch(message: Message, context: Context) -> Message:
+        s = resolved(context)
+        _, data, work = owner_paths(context, s)
+        plan = FederationPlan.from_json(s.plan)
+        train = load_fit_data(data, Fields(), plan.seed, plan.val_fraction).splits["train"]
+        model = FineTune(FedAvgConfig(seed=plan.seed), tuple(s.labels))
+        model.load(message.content["arrays"].to_torch_state_dict())
+        round_ = int(message.content["config"]["server-round"])
+        n = model.train_epoch([r.question for r in train], [r.answer for r in train], work / "fedavg-cache", round_)
+        content = {"arrays": ArrayRecord(model.state()), "metrics": MetricRecord({"num-examples": n})}
+        return Message(RecordDict(content), reply_to=message)
+
+    return app
+
+
+# ---- the server's side -----------------------------------------------------------------------------------
+
+
+def wait_for_owners(grid: Grid, count: int, timeout: float) -> list[int]:
+    deadline = time.monotonic() + timeout
+    while len(nodes := list(grid.get_node_ids())) < count:
+        if time.monotonic() > deadline:
+            raise RedkitError(f"{len(nodes)} of {count} owners connected within {timeout:.0f} s")
+        time.sleep(0.5)
+    return sorted(nodes)
+
+
+def content_bytes(content: RecordDict) -> int:
+    """What a message's records weigh (Flower's own count_bytes of each record: arrays' data and keys)."""
+    return sum(record.count_bytes() for record in content.values())
+
+
+def ask(grid: Grid, nodes: list[int], kind: str, content: RecordDict, timeout: float) -> tuple[list[Message], int]:
+    """Send `content` as `kind` to every node; (replies, bytes sent)."""
+    messages = [Message(content, dst_node_id=n, message_type=kind) for n in nodes]
+    sent = sum(content_bytes(m.content) for m in messages)
+    return list(grid.send_and_receive(messages, timeout=timeout)), sent
+
+
+def red_round(grid: Grid, nodes: list[int], settings: Settings, print_fn=print) -> dict:
+    """RED's one round: every owner not yet accepted trains and sends its contribution; each is checked and
+    the accepted ones (this round's and earlier rounds', RUN/accepted) assembled into RUN/model and RUN/bundle."""
+    start = time.perf_counter()
+    run, plan = Path(settings.run_dir), FederationPlan.from_json(settings.plan)
+    accepted_dir = run / "accepted"
+    accepted_dir.mkdir(parents=True, exist_ok=True)
+    replies, _ = ask(grid, nodes, "query.owner", RecordDict(), settings.timeout)
+    owner_of = {r.metadata.src_node_id: str(r.content["owner"]["owner"]) for r in replies if not r.has_error()}
+    done = {a.owner for a in accepted_in(accepted_dir)}
+    todo = [n for n in nodes if n in owner_of and owner_of[n] not in done]
+    replies, down = ask(
+        grid, todo, "train.red", RecordDict({"plan": ConfigRecord({"plan": settings.plan})}), settings.timeout
+    )
+    up, missing, refused, answered = 0, {}, {}, set()
+    for reply in replies:
+        node = reply.metadata.src_node_id
+        owner, answered = owner_of[node], answered | {node}
+        if reply.has_error():
+            missing[owner] = f"its round failed: {reply.error.reason}"
+            continue
+        up += content_bytes(reply.content)
+        files = {rel: array.numpy().tobytes() for rel, array in reply.content["files"].items()}
+        try:
+            check(files, plan, owner, accepted_dir, settings.size_limit)
+        except RedkitError as err:
+            refused[owner] = str(err)
+    for node in todo:
+        if node not in answered:
+            missing[owner_of[node]] = f"no reply within {settings.timeout:.0f} s"
+    for node in nodes:
+        if node not in owner_of:
+            missing[f"node {node}"] = "did not say who it is"
+    for owner, why in {**missing, **refused}.items():
+        print_fn(f"owner {owner}: left out ({why}); it can join later: run the same command again")
+    accepted = accepted_in(accepted_dir)
+    if not accepted:
+        raise RedkitError("no owner's contribution was accepted: nothing to assemble")
+    model = assemble(plan, accepted, run / "model.new", print_fn)
+    _replace(run / "model.new", run / "model")
+    from redkit.bundle.export import export_bundle
+
+    export_bundle(run / "model", run / "bundle.new")
+    _replace(run / "bundle.new", run / "bundle")
+    return {
+        "owners": {a.owner: list(a.manifest["domains"]) for a in accepted},
+        "domains": list(model.space.domains),
+        "sent_now": sorted(owner_of[n] for n in todo if owner_of[n] not in missing and owner_of[n] not in refused),
+        "missing": missing,
+        "refused": refused,
+        "bytes_up": up,
+        "bytes_down": down,
+        "seconds": time.perf_counter() - start,
+    }
+
+
+def _replace(new: Path, target: Path) -> None:
+    old = target.with_name(f".{target.name}.old")
+    shutil.rmtree(old, ignore_errors=True)
+    if target.exists():
+        target.rename(old)
+    new.rename(target)
+    shutil.rmtree(old, ignore_errors=True)
+
+
+class MeteredFedAvg(FedAvg):
+    """Flower's FedAvg, counting the bytes of every message it sends and receives (ArrayRecord.count_bytes)."""
+
+    def __init__(self, ledger: list[dict], **kwargs):
+        super().__init__(**kwargs)
+        self.ledger, self.start_time = ledger, time.perf_counter()
+        self.not_training = 0.0  # seconds spent on the experimenter's evaluations (not FedAvg's cost)
+
+    def configure_train(self, server_round, arrays, config, grid):
+        messages = list(super().configure_train(server_round, arrays, config, grid))
+        self.ledger.append({"round": server_round, "bytes_down": sum(content_bytes(m.content) for m in messages)})
+        return messages
+
+    def aggregate_train(self, server_round, replies):
+        replies = list(replies)
+        self.ledger[-1]["bytes_up"] = sum(content_bytes(r.content) for r in replies if not r.has_error())
+        self.ledger[-1]["owners"] = sum(not r.has_error() for r in replies)
+        result = super().aggregate_train(server_round, replies)
+        self.ledger[-1]["seconds"] = time.perf_counter() - self.start_time - self.not_training  # rounds so far
+        return result
+
+
+def fedavg_rounds(grid: Grid, nodes: list[int], settings: Settings, print_fn=print) -> list[dict]:
+    """R rounds of Flower's FedAvg over the owners, test accuracy after each (the experimenter's test file)."""
+    plan = FederationPlan.from_json(settings.plan)
+    model = FineTune(FedAvgConfig(seed=plan.seed), tuple(settings.labels))
+    test = read_records(Path(settings.test), Fields(), LabelReader()) if settings.test else []
+    cache = Path(settings.run_dir) / "fedavg-cache"
+    ledger: list[dict] = []
+
+    def evaluate(server_round: int, arrays: ArrayRecord) -> MetricRecord | None:
+        if server_round == 0 or not test:
+            return None
+        t = time.perf_counter()
+        model.load(arrays.to_torch_state_dict())
+        accuracy = model.accuracy([r.question for r in test], [r.answer for r in test], cache)
+        ledger[-1]["accuracy"] = accuracy
+        strategy.not_training += time.perf_counter() - t
+        print_fn(f"FedAvg round {server_round}: test accuracy {accuracy:.4f}")
+        return MetricRecord({"accuracy": accuracy})
+
+    strategy = MeteredFedAvg(
+        ledger, fraction_train=1.0, fraction_evaluate=0.0, min_train_nodes=len(nodes), min_available_nodes=len(nodes)
+    )
+    strategy.start(
+        grid=grid,
+        initial_arrays=ArrayRecord(model.state()),
+        num_rounds=settings.rounds,
+        timeout=settings.timeout,
+        evaluate_fn=evaluate,
+    )
+    return ledger
+
+
+def server_main(grid: Grid, settings: Settings) -> None:
+    run = Path(settings.run_dir)
+    nodes = wait_for_owners(grid, settings.owners, settings.timeout)
+    red = red_round(grid, nodes, settings)
+    fedavg = fedavg_rounds(grid, nodes, settings) if settings.rounds else []
+    write_json(run / "federation" / "server.json", {"red": red, "fedavg": fedavg})
+
+
+def server_app(settings: Settings | None = None) -> ServerApp:
+    app = ServerApp()
+
+    @app.main()
+    def main(grid: Grid, context: Context) -> None:
+        server_main(grid, settings or Settings.from_context(context))
+
+    return app
+
+
+def apps(settings: Settings, mods: tuple = ()) -> tuple[ServerApp, ClientApp]:
+    """Both apps around `settings` (the simulation runtime)."""
+    return server_app(settings), client_app(settings, mods)
+
+
+# The deployment runtime's entry points (`flwr run`: [tool.flwr.app.components] of the app's pyproject.toml).
+server = server_app()
+client = client_app()

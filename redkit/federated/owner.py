@@ -1,0 +1,91 @@
+"""One owner's contribution, computed where its data lives, from its data alone.
+
+    train_contribution(plan, DATA, WORK)   WORK: the owner's own fit run (its data never leaves it)
+        host (plan.py) ─► each of its domains' modules, trained alone on that domain's examples:
+            experts/residual/<d> + label_rows/<d>   Δh_d and R_d over d's labels (through C over no label)
+            statistics/<d>                          counts, means, scatter of φ(h): its share of the router
+    ─► {"files": {"modules/<part>/<name>": {size, sha256}}, "domains", "label_rows", "fingerprint", "dim", ...}
+
+What leaves the owner is `package(...)`: those module files (weights and their JSON configs) and the manifest,
+no example and no feature. The seeds are the run's (seed, the domain's index among the owner's own domains), so
+a contribution is the same whichever machine computes it, and whenever (tests/test_federated.py).
+"""
+
+import time
+from dataclasses import replace
+from pathlib import Path
+
+from redkit.atomic import write_json
+from redkit.bundle.manifest import file_entry
+from redkit.errors import RedkitError
+from redkit.federated.plan import FederationPlan, write_host
+from redkit.fitting.config import FitConfig
+from redkit.fitting.data import load_fit_data
+from redkit.fitting.records import Fields
+from redkit.fitting.run import FitRun
+from redkit.jsonfile import read_json
+from redkit.lifecycle.grow import grown_config
+from redkit.lifecycle.new_labels import train_label_rows
+from redkit.modules.layers import ROUTERS
+from redkit.routers.gaussian import STATISTICS
+from redkit.train.stages import stage_line
+
+MANIFEST = "contribution.json"
+FORMAT = 1
+# An owner's modules (each under modules/<part>/<domain>/): what the replay-free model is made of. The
+# baselines' heads and logit experts are not sent: they output the owner's label indices, which are not the
+# assembled run's (label rows are placed by name, redkit/modules/labels.py).
+PARTS = (("experts", "residual"), ("label_rows",), (STATISTICS,))
+
+
+def owner_config(plan: FederationPlan, data, data_dir: Path) -> FitConfig:
+    """The owner's run: the plan's settings, its own domains, each of its labels owned by its domain's rows."""
+    host = FitConfig(data_dir=str(data_dir), **plan.config_fields())
+    grown = grown_config(host, data, data_dir)  # every label new: each in its domain's label rows (one domain each)
+    owner_of = {label: domain for domain, labels in grown.label_rows.items() for label in labels}
+    return replace(grown, added_data=(), added_domains=(), label_domains=tuple(owner_of[x] for x in grown.labels))
+
+
+def train_contribution(plan: FederationPlan, data_dir: Path, work: Path, print_fn=print) -> dict:
+    """Train the owner of `data_dir`'s modules in `work` (its own run); returns the manifest (also written to
+    work/contribution.json). A finished contribution is reused: the same data, the same modules."""
+    work, data_dir = Path(work), Path(data_dir).resolve()
+    if (work / MANIFEST).is_file():
+        return read_json(work / MANIFEST, "a contribution manifest")
+    wall = time.perf_counter()
+    data = load_fit_data(data_dir, Fields("text", "label", "domain"), plan.seed, plan.val_fraction)
+    run = FitRun(work, owner_config(plan, data, data_dir))
+    run.prepare_data(data)
+    write_host(run, plan)
+    routing = ROUTERS[run.config.router]
+    for index, domain in enumerate(run.space.domains):
+        print_fn(stage_line(f"expert and label rows {domain}", train_label_rows(run, index)))
+        print_fn(stage_line(f"routing {domain}", routing.owner_part(run, domain)))
+    parts = [(*part, d) for d in run.space.domains for part in PARTS]
+    files = {
+        str(Path("modules", *p, name)): file_entry(run.module_dir(*p) / name)
+        for p in parts
+        for name in ("config.json", "model.safetensors")
+    }
+    manifest = {
+        "format": FORMAT,
+        "domains": list(run.space.domains),
+        "label_rows": {d: list(run.config.label_rows[d]) for d in run.space.domains},
+        "fingerprint": run.fingerprint,
+        "dim": run.feature_dim,
+        "router_options": dict(plan.router_options),
+        "files": files,
+        "examples": {name: len(records) for name, records in run.splits.items()},  # counted, never sent
+        "seconds": time.perf_counter() - wall,
+    }
+    write_json(work / MANIFEST, manifest)  # last: a work directory with a manifest is a finished contribution
+    return manifest
+
+
+def package(work: Path, manifest: dict) -> dict[str, bytes]:
+    """What leaves the owner: {relative path: bytes} of every listed module file, and the manifest."""
+    work = Path(work)
+    missing = [rel for rel in manifest["files"] if not (work / rel).is_file()]
+    if missing:
+        raise RedkitError(f"{work}: {missing[0]} is listed in {MANIFEST} but missing; train the contribution again")
+    return {rel: (work / rel).read_bytes() for rel in manifest["files"]} | {MANIFEST: (work / MANIFEST).read_bytes()}

@@ -1,0 +1,85 @@
+"""RUN/report.md and RUN/accuracy_vs_bytes.png of `redkit federate`: RED's one round against FedAvg's rounds."""
+
+from pathlib import Path
+
+from redkit.atomic import write_text
+
+FIGURE = "accuracy_vs_bytes.png"
+
+
+def _mb(n: float) -> str:
+    return f"{n / 1e6:,.1f} MB"
+
+
+def figure(out: Path, results: dict) -> str | None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fedavg = [r for r in results["fedavg"] if "accuracy" in r]
+    red = results["red"]
+    fig, ax = plt.subplots(figsize=(6.4, 4.0))
+    if fedavg:
+        total, xs = 0, []
+        for r in fedavg:
+            total += r["bytes_up"] + r["bytes_down"]
+            xs.append(total / 1e6)
+        ax.plot(xs, [r["accuracy"] for r in fedavg], "o-", label="FedAvg (joint fine-tune), after each round")
+    ax.plot([(red["bytes_up"] + red["bytes_down"]) / 1e6], [red["accuracy"]], "r*", ms=14, label="RED, one round")
+    if "joint_central" in results:
+        ax.axhline(results["joint_central"]["accuracy"], ls="--", c="gray", label="joint, trained centrally")
+    ax.set_xscale("log")
+    ax.set_xlabel("bytes exchanged, every owner, up + down (MB, log scale)")
+    ax.set_ylabel("test accuracy (in scope)")
+    ax.legend(loc="lower right", fontsize=8)
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(out / FIGURE, dpi=120)
+    plt.close(fig)
+    return FIGURE
+
+
+def render(results: dict, picture: str | None) -> str:
+    red = results["red"]
+    lines = [
+        f"# RED over Flower ({results['runtime']} runtime) against FedAvg",
+        "",
+        f"{len(red['domains'])} domains from {len(red['owners'])} owners"
+        + (
+            f"; left out: {', '.join(f'{o} ({why})' for o, why in {**red['missing'], **red['refused']}.items())}"
+            if red["missing"] or red["refused"]
+            else ""
+        )
+        + ".",
+        "",
+        "| method | rounds | test accuracy | bytes up | bytes down | seconds |",
+        "|---|---|---|---|---|---|",
+        f"| **RED** (one round) | 1 | {red['accuracy']:.4f} | {_mb(red['bytes_up'])} | {_mb(red['bytes_down'])} | {red['seconds']:.0f} |",
+    ]
+    up = down = 0
+    for r in results["fedavg"]:
+        up, down = up + r["bytes_up"], down + r["bytes_down"]
+        acc = f"{r['accuracy']:.4f}" if "accuracy" in r else "-"
+        lines.append(
+            f"| FedAvg, after round {r['round']} | {r['round']} | {acc} | {_mb(up)} | {_mb(down)} | {r['seconds']:.0f} |"
+        )
+    if "joint_central" in results:
+        j = results["joint_central"]
+        lines.append(f"| joint, centrally (no owner may) | - | {j['accuracy']:.4f} | - | - | {j['seconds']:.0f} |")
+    if "one_machine" in results:
+        lines += [
+            "",
+            f"The same recipe in one process: accuracy {results['one_machine']['accuracy']:.4f} in "
+            f"{results['one_machine']['seconds']:.0f} s; the {results['modules_compared']} modules' weights are "
+            + ("byte-identical (sha256)." if results["same_modules"] else "**not** byte-identical (sha256)."),
+        ]
+    if picture:
+        lines += ["", f"![accuracy against bytes exchanged]({picture})"]
+    return "\n".join(lines) + "\n"
+
+
+def write_report(out: Path, results: dict) -> str:
+    text = render(results, figure(out, results))
+    write_text(out / "report.md", text)
+    return text
