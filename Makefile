@@ -1,7 +1,7 @@
 # Two entry points, each creating (once) and reusing the local virtual environment .venv:
 #   make demo   reproduce Task 1 at full scale on the embedded backbone (about 10 minutes on 2 CPU cores)
 #   make test   lint (ruff check), check the formatting (ruff format --check) and run the test suite (with the
-#               optional peft and serve extras, so the peers and serving tests run too)
+#               optional peft, serve and federated extras, so the peers, serving and Flower tests run too)
 VENV ?= .venv
 PYTHON ?= python3
 # A CPU build of torch where one is at hand; override, e.g. `make TORCH=torch==2.13.0+cu126 ...`.
