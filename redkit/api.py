@@ -118,7 +118,10 @@ class FittedRun:
         pooled to train it)."""
         from redkit.compositions import ModuleSet, available_compositions
 
-        return available_compositions(ModuleSet(self.run), self.run.default_compositions())
+        default = self.run.default_compositions()
+        if getattr(self.run, "bundle", None) is None and not getattr(self.run, "assembled", False):
+            return default, []  # a run's missing module is an unfinished stage: evaluating says which
+        return available_compositions(ModuleSet(self.run), default)
 
     def evaluate(self, path: str | Path, compositions: Sequence[str] | None = None) -> dict:
         """Metrics of every composition (or those named) on a file: {composition: metrics}. A fit

@@ -25,9 +25,10 @@ def run(args) -> None:
     if not args.composition:
         missing = fitted.compositions()[1]
         if missing:
-            where = "bundle" if getattr(fitted.run, "bundle", None) is not None else "run"
-            hint = " (export with --heads)" if where == "bundle" else ""
-            print(f"not in this {where}: {', '.join(missing)}, whose modules it does not have{hint}")
+            if getattr(fitted.run, "bundle", None) is not None:
+                print(f"not in this bundle: {', '.join(missing)} (export with --heads)")
+            else:  # a run assembled from owners' contributions (redkit/federated)
+                print(f"not in this run: {', '.join(missing)} (assembled from owners: no pooled data trained them)")
     with _saying_reused_features():  # a file whose texts are a split the run cached is not encoded again
         result = fitted.evaluate(args.data, args.composition)
     if "compositions" in result:  # a steps run: questions decomposed and executed

@@ -175,6 +175,8 @@ def red_round(grid: Grid, nodes: list[int], settings: Settings, print_fn=print) 
     accepted = accepted_in(accepted_dir)
     if not accepted:
         raise RedkitError("no owner's contribution was accepted: nothing to assemble")
+    shutil.rmtree(run / "model.new", ignore_errors=True)  # what a crash left half-written
+    shutil.rmtree(run / "bundle.new", ignore_errors=True)
     model = assemble(plan, accepted, run / "model.new", print_fn)
     _replace(run / "model.new", run / "model")
     from redkit.bundle.export import export_bundle
