@@ -31,7 +31,7 @@ from redkit.fitting.config import FitConfig
 from redkit.fitting.data import FitData
 from redkit.fitting.run import FEDERATION, FitRun
 from redkit.modules.layers import ROUTERS
-from redkit.modules.store import ModuleMeta, load_module, save_module
+from redkit.modules.store import ModuleMeta, install_module, load_module, save_module
 from redkit.names import check_name
 
 SIZE_LIMIT = 256 * 2**20  # bytes a contribution may have (a CLINC150 domain's is about 36 MB, its statistics 34)
@@ -104,17 +104,14 @@ def check(
         for relative, entry in manifest["files"].items():
             if file_digest(staging / relative) != entry.get("sha256"):
                 raise RedkitError(f"{where}: file {relative!r} does not have the sha256 its manifest gives")
-        dim = None
         for module in sorted({str(Path(r).parent) for r in manifest["files"]}):
             _, meta = load_module(staging / module, plan.fingerprint)  # its own fingerprint, and loadable
-            dim = dim or meta.config.get("dim")
             if meta.config.get("dim") != manifest.get("dim"):
                 raise RedkitError(
                     f"{where}: {module} is of width {meta.config.get('dim')}, its manifest says {manifest.get('dim')}"
                 )
         target = Path(work) / owner
-        shutil.rmtree(target, ignore_errors=True)
-        staging.rename(target)
+        install_module(staging, target)  # one rename: an owner's earlier contribution is replaced whole
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return Accepted(owner, target, manifest)

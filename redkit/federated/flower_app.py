@@ -35,6 +35,7 @@ from redkit.federated.owner import package, train_contribution
 from redkit.federated.plan import FederationPlan
 from redkit.fitting.data import load_fit_data
 from redkit.fitting.records import Fields, LabelReader, read_records
+from redkit.modules.store import install_module
 from redkit.names import check_name
 
 
@@ -178,11 +179,11 @@ def red_round(grid: Grid, nodes: list[int], settings: Settings, print_fn=print) 
     shutil.rmtree(run / "model.new", ignore_errors=True)  # what a crash left half-written
     shutil.rmtree(run / "bundle.new", ignore_errors=True)
     model = assemble(plan, accepted, run / "model.new", print_fn)
-    _replace(run / "model.new", run / "model")
+    install_module(run / "model.new", run / "model")
     from redkit.bundle.export import export_bundle
 
     export_bundle(run / "model", run / "bundle.new")
-    _replace(run / "bundle.new", run / "bundle")
+    install_module(run / "bundle.new", run / "bundle")
     return {
         "owners": {a.owner: list(a.manifest["domains"]) for a in accepted},
         "domains": list(model.space.domains),
@@ -193,15 +194,6 @@ def red_round(grid: Grid, nodes: list[int], settings: Settings, print_fn=print) 
         "bytes_down": down,
         "seconds": time.perf_counter() - start,
     }
-
-
-def _replace(new: Path, target: Path) -> None:
-    old = target.with_name(f".{target.name}.old")
-    shutil.rmtree(old, ignore_errors=True)
-    if target.exists():
-        target.rename(old)
-    new.rename(target)
-    shutil.rmtree(old, ignore_errors=True)
 
 
 class MeteredFedAvg(FedAvg):
