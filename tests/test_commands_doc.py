@@ -243,7 +243,10 @@ ELSEWHERE = {
         "test_spectra.py",
         '"reproduce", "spectra"',
     ),
-    "redkit federate [--data DIR] --out RUN [--rounds 10]": ("test_federated.py", '"federate"'),
+    "redkit federate [--data DIR] --out RUN [--rounds 10] [--runtime deployment] [--push URL]": (
+        "test_federated.py",
+        '"federate"',
+    ),
     "redkit study incremental --out DIR [--data DIR] [--protocol domains|classes] [--order N] [--method red ...]": (
         "test_incremental.py",
         '"study", "incremental"',

@@ -4,6 +4,9 @@ written, the others assembled), and the whole app in Flower's simulation runtime
 has the same module files (sha256) as the one-machine recipe, and is a fit run eval, export and predict read."""
 
 import json
+import os
+import signal
+import time
 from pathlib import Path
 
 import pytest
@@ -125,3 +128,113 @@ def test_over_flower_the_same_modules_as_on_one_machine_and_a_run_the_cli_reads(
     assert abs(float(line.split()[1]) - results["red"]["accuracy"]) < 1e-9
     assert main(["predict", "--bundle", str(out / "bundle"), "how do I cancel my flight"]) == 0
     assert "cancel" in capsys.readouterr().out
+
+
+TOKEN = "test-admin-token-0123456789"
+AUTH = {"authorization": f"Bearer {TOKEN}"}
+TAR = {**AUTH, "content-type": "application/x-tar"}
+
+
+def _accept_everyone(owners, accepted: Path) -> dict:
+    accepted.mkdir(parents=True)
+    for d in owners["dirs"]:
+        check(_received(owners, d.name), owners["plan"], d.name, accepted)
+    return {a.owner: a for a in accepted_in(accepted)}
+
+
+def test_an_owner_joins_and_opts_out_while_the_model_serves(owners, tmp_path):
+    """A running `redkit serve --run` of two owners' model: a third owner's upload is checked as the federation's
+    server checks it (a wrong sha256, a path, not a tar, no token, over the upload limit: refused, nothing
+    written), then swapped in: the same modules as the three owners assembled at once; its opt-out (DELETE)
+    gives the two owners' model back, module for module."""
+    pytest.importorskip("onnxruntime")
+    httpx = pytest.importorskip("httpx")
+    from redkit.federated.federate import module_digests, push_accepted
+    from redkit.federated.upload import pack
+    from redkit.serve.main import TOKEN_ENV, ServeConfig, bundle_of_run, create
+    from redkit.serve.testing import ServerThread
+
+    quiet, plan = (lambda *_: None), owners["plan"]
+    names = [d.name for d in owners["dirs"]]
+    everyone = _accept_everyone(owners, tmp_path / "accepted")
+    assemble(plan, [everyone[n] for n in names[:2]], tmp_path / "two", quiet)
+    assemble(plan, list(everyone.values()), tmp_path / "three", quiet)
+    work, joiner = tmp_path / "serve", names[2]
+    genuine = pack(_received(owners, joiner))
+    config = ServeConfig(
+        bundle=str(bundle_of_run(tmp_path / "two", work, quiet)),
+        run=str(tmp_path / "two"),
+        admin=True,
+        work=str(work),
+        max_upload_bytes=len(genuine) + 4096,
+    )
+    os.environ[TOKEN_ENV] = TOKEN
+    with ServerThread(create(config), start_timeout_s=30) as running:
+        url = running.url
+        deadline = time.monotonic() + 60
+        while httpx.get(url + "/health").status_code != 200:
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+
+        def upload(body: bytes, headers=TAR) -> httpx.Response:
+            return httpx.post(url + "/v1/domains", params={"owner": joiner}, content=body, headers=headers, timeout=60)
+
+        assert upload(genuine, {"content-type": "application/x-tar"}).status_code == 401
+        for how, says in (("sha256", "does not have the sha256"), ("path", "leaves")):
+            refused = upload(pack(_tampered(owners, joiner, how)))
+            message = refused.json()["error"]["message"]
+            assert refused.status_code == 422 and says in message and "\n" not in message, refused.text
+        assert "not a tar archive" in upload(b"x" * 600).json()["error"]["message"]
+        too_large = pack(_received(owners, joiner) | {"padding": b"\0" * 8192})
+        assert upload(too_large).status_code == 413
+        assert not any((work / "received").iterdir())  # nothing of a refused upload was kept
+        assert httpx.get(url + "/v1/info").json()["version"] == 1
+
+        assert push_accepted(url, TOKEN, tmp_path / "accepted", [joiner], quiet) == {joiner: 2}
+        assert httpx.get(url + "/v1/info").json()["domains"] == sorted(names)
+        (joined,) = work.glob("v2-*/run")
+        assert module_digests(joined) == module_digests(tmp_path / "three")
+
+        left = httpx.delete(f"{url}/v1/domains/{joiner}", headers=AUTH, timeout=60)
+        assert left.status_code == 200 and left.json()["model"]["domains"] == sorted(names[:2]), left.text
+        (after,) = work.glob("v3-*/run")
+        assert module_digests(after) == module_digests(tmp_path / "two")
+
+
+def test_the_deployment_runtime_goes_on_without_a_killed_owner_who_joins_later(owners, tmp_path):
+    """A SuperLink and three SuperNodes as processes; one owner's SuperNode (and its ClientApp) killed with
+    SIGKILL while it trains: the round ends with the other two and names the missing owner; the same run again
+    asks only that owner (the others' contributions are kept), and the model is the one-machine model (sha256)."""
+    from redkit.federated.deployment import run_deployment
+    from redkit.federated.federate import module_digests
+    from redkit.federated.flower_app import Settings
+
+    quiet, plan = (lambda *_: None), owners["plan"]
+    names = [d.name for d in owners["dirs"]]
+    victim, run, owner_work = names[1], tmp_path / "run", tmp_path / "owners"
+    settings = Settings(plan.to_json(), str(run), owners=3, rounds=0, owner_work=str(owner_work), timeout=600)
+    killed = {}
+
+    def kill_while_it_trains(federation) -> None:
+        deadline = time.monotonic() + 300
+        while not (owner_work / victim).exists():  # its ClientApp has begun its contribution
+            if time.monotonic() > deadline:
+                return
+            time.sleep(0.1)
+        time.sleep(1.0)
+        supernode = federation.processes[f"supernode-{victim}"]
+        os.killpg(supernode.pid, signal.SIGKILL)
+        killed["code"] = supernode.wait()
+
+    run_deployment(settings, owners["dirs"], tmp_path / "deployment", quiet, watch=kill_while_it_trains)
+    first = json.loads((run / "federation" / "server.json").read_text())["red"]
+    assert killed["code"] == -signal.SIGKILL
+    assert set(first["missing"]) == {victim} and first["domains"] == sorted(set(names) - {victim}), first
+    assert not (run / "accepted" / victim).exists()
+
+    run_deployment(settings, owners["dirs"], tmp_path / "deployment", quiet)
+    second = json.loads((run / "federation" / "server.json").read_text())["red"]
+    assert second["sent_now"] == [victim] and second["domains"] == sorted(names) and not second["missing"]
+    _accept_everyone(owners, tmp_path / "one" / "accepted")
+    assemble(plan, accepted_in(tmp_path / "one" / "accepted"), tmp_path / "one" / "model", quiet)
+    assert module_digests(run / "model") == module_digests(tmp_path / "one" / "model")

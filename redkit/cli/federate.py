@@ -17,16 +17,39 @@ def _options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--joint-epochs", type=int, default=3, help="the central joint fine-tune's epochs (0: not run)")
     p.add_argument("--no-one-machine", action="store_true", help="skip the same recipe in one process")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument(
+        "--push",
+        default="",
+        metavar="URL",
+        help="a running `redkit serve --run` that gets each contribution accepted now (POST /v1/domains)",
+    )
+    p.add_argument(
+        "--admin-token-env", default="REDKIT_ADMIN_TOKEN", metavar="NAME", help="with --push: the server's admin token"
+    )
 
 
 @command(
     "federate", options=_options, help="assemble RED from data owners over Flower, beside FedAvg (redkit[federated])"
 )
 def run(args) -> None:
+    import os
+
+    from redkit.errors import RedkitError
     from redkit.federated.federate import FederateConfig, federate
 
+    token = os.environ.get(args.admin_token_env, "") if args.push else ""
+    if args.push and not token:
+        raise RedkitError(f"--push needs the server's admin token in environment variable {args.admin_token_env}")
     config = FederateConfig(
-        str(args.data), str(args.out), args.runtime, args.rounds, args.seed, args.joint_epochs, not args.no_one_machine
+        str(args.data),
+        str(args.out),
+        args.runtime,
+        args.rounds,
+        args.seed,
+        args.joint_epochs,
+        not args.no_one_machine,
+        args.push,
+        token,
     )
     results = federate(config)
     red = results["red"]

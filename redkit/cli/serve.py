@@ -20,14 +20,17 @@ def _options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-batch", type=int, default=64, help="texts per request and per model call")
     p.add_argument("--max-chars", type=int, default=2000, help="characters per text")
     p.add_argument("--max-body-bytes", type=int, default=1_000_000)
+    p.add_argument(
+        "--max-upload-bytes", type=int, default=256 * 2**20, help="an owner's contribution uploaded to POST /v1/domains"
+    )
     p.add_argument("--batch-wait-ms", type=float, default=0.0, help="how long a batch waits for more requests")
     p.add_argument("--threads", type=int, default=None, help="ONNX Runtime threads per process (default: every core)")
     p.add_argument(
         "--admin-token-env",
         default=None,
         metavar="NAME",
-        help="turn on POST/DELETE /v1/domains, with the bearer token in environment variable NAME "
-        "(REDKIT_ADMIN_TOKEN by default when --experts-dir is given)",
+        help="turn on POST/DELETE /v1/domains (experts by name, owners' uploaded contributions), with the bearer "
+        "token in environment variable NAME (REDKIT_ADMIN_TOKEN by default when --experts-dir is given)",
     )
     p.add_argument("--experts-dir", type=Path, default=None, help="where POST /v1/domains finds experts by name")
     p.add_argument("--work", type=Path, default=None, help="where --run's bundle and new versions go (RUN.serve/)")
@@ -62,6 +65,7 @@ def run(args) -> None:
         max_batch=args.max_batch,
         max_chars=args.max_chars,
         max_body_bytes=args.max_body_bytes,
+        max_upload_bytes=args.max_upload_bytes,
         batch_wait_ms=args.batch_wait_ms,
         threads=args.threads,
         admin=admin,

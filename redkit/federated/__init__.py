@@ -3,8 +3,10 @@
 
     plan.py       what the server sends every owner: the backbone (by fingerprint), the seed, the routing's φ
     owner.py      one owner's contribution, computed from its own data alone: module files and their manifest
+    upload.py     a contribution as one tar, uploaded to a running `redkit serve` (POST /v1/domains?owner=NAME)
     assemble.py   the server's checks of a contribution, and the run it assembles from the accepted ones
     fedavg.py     the reference: FedAvg of the joint fine-tune (one local epoch a round)
     flower_app.py the Flower ServerApp and ClientApp that carry both
+    deployment.py Flower's deployment runtime on this machine: a SuperLink, one SuperNode per owner, `flwr run`
     federate.py   `redkit federate`: both methods over the same owners, the one-machine recipe, results.json
 """

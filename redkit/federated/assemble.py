@@ -27,14 +27,15 @@ from redkit.bundle.manifest import _inside, file_digest
 from redkit.errors import RedkitError
 from redkit.federated.owner import FORMAT, MANIFEST, PARTS
 from redkit.federated.plan import FederationPlan, write_host
+from redkit.federated.upload import SIZE_LIMIT
 from redkit.fitting.config import FitConfig
 from redkit.fitting.data import FitData
 from redkit.fitting.run import FEDERATION, FitRun
+from redkit.jsonfile import read_json
 from redkit.modules.layers import ROUTERS
 from redkit.modules.store import ModuleMeta, install_module, load_module, save_module
 from redkit.names import check_name
 
-SIZE_LIMIT = 256 * 2**20  # bytes a contribution may have (a CLINC150 domain's is about 36 MB, its statistics 34)
 FILES = ("config.json", "model.safetensors")
 
 
@@ -171,9 +172,40 @@ def assemble(plan: FederationPlan, accepted: list[Accepted], out: Path, print_fn
                 built,
                 ModuleMeta(built.kind, vars(built.config), plan.fingerprint, "", plan.seed, metrics=metrics),
             )
-        write_json(tmp / FEDERATION, {"owners": {a.owner: a.manifest["domains"] for a in accepted}})
+        owners = {a.owner: list(a.manifest["domains"]) for a in accepted}
+        write_json(tmp / FEDERATION, {"owners": owners, "plan": json.loads(plan.to_json())})
         tmp.rename(out)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     print_fn(f"assembled {out}: {len(domains)} domains from {len(accepted)} owners, {len(labels)} labels")
     return FitRun(out)
+
+
+def contributions_of(run_dir: Path) -> tuple[FederationPlan, list[Accepted]]:
+    """An assembled run's plan and its owners' contributions as the run holds them (each domain's modules are
+    its owner's files, copied byte for byte): what a running server assembles again when an owner joins or
+    leaves (redkit/serve/lifecycle.py), with no other copy of them."""
+    run = FitRun(run_dir)
+    if not run.assembled:
+        raise RedkitError(
+            f"{run_dir}: not assembled from owners' contributions (redkit federate); an owner's upload joins such "
+            'a run: add a domain to this one with {"expert": NAME}'
+        )
+    record = read_json(run.dir / FEDERATION, "the run's federation record")
+    plan = FederationPlan.from_json(json.dumps(record["plan"]))
+    rows = run.config.label_rows
+    return plan, [
+        Accepted(owner, run.dir, {"domains": list(domains), "label_rows": {d: list(rows[d]) for d in domains}})
+        for owner, domains in record["owners"].items()
+    ]
+
+
+def without(accepted: list[Accepted], domain: str) -> list[Accepted]:
+    """`accepted` less `domain` (an owner opting out of one of its domains; an owner left with none is gone)."""
+    kept = []
+    for a in accepted:
+        domains = [d for d in a.manifest["domains"] if d != domain]
+        if domains:
+            rows = {d: a.manifest["label_rows"][d] for d in domains}
+            kept.append(Accepted(a.owner, a.directory, a.manifest | {"domains": domains, "label_rows": rows}))
+    return kept

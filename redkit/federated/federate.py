@@ -7,20 +7,23 @@
     RUN/one-machine/                             the same recipe in one process (same_modules: sha256)
     RUN/results.json, RUN/report.md, RUN/accuracy_vs_bytes.png
 
-The simulation runtime (Flower's, on Ray) runs every owner on this machine. The deployment runtime (a SuperLink
-and one SuperNode per owner) is not built yet: the apps read their settings from Flower's run and node configs,
-but nothing starts the processes (docs/guides/federated.md).
+    RUN/deployment/                              the deployment runtime's app, Flower config and logs
+
+Both of Flower's runtimes run the same apps: the simulation runtime (on Ray) every owner in one process tree,
+the deployment runtime a SuperLink and one SuperNode per owner as separate processes on 127.0.0.1, each SuperNode
+given only its owner's data directory (deployment.py; docs/guides/federated.md runs them on separate machines).
 """
 
 import shutil
 import time
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from redkit.atomic import write_json, write_jsonl
 from redkit.bundle.manifest import file_digest
 from redkit.errors import RedkitError
 from redkit.federated.assemble import accepted_in, assemble, check
+from redkit.federated.deployment import run_deployment
 from redkit.federated.fedavg import FedAvgConfig, FineTune
 from redkit.federated.flower_app import Settings, apps
 from redkit.federated.owner import package, train_contribution
@@ -43,15 +46,12 @@ class FederateConfig:
     seed: int = 0
     joint_epochs: int = 3  # joint_central: the joint fine-tune on the pooled data, the bound no owner may run
     one_machine: bool = True  # the same recipe in one process, for same_modules
+    push: str = ""  # a running `redkit serve --run` (URL) that gets each contribution accepted now ("": none)
+    admin_token: str = field(default="", repr=False)  # its admin token (from the environment; never recorded)
 
     def __post_init__(self):
         if self.runtime not in RUNTIMES:
             raise RedkitError(f"--runtime {self.runtime!r} is not one of {', '.join(RUNTIMES)}")
-        if self.runtime == "deployment":  # before any work
-            raise RedkitError(
-                "--runtime deployment is not built yet (docs/guides/federated.md): run the simulation runtime; "
-                "`server` and `client` in redkit/federated/flower_app.py are the apps a SuperLink would run"
-            )
 
 
 def split_owners(data_dir: Path, out: Path, seed: int) -> tuple[list[Path], Path, tuple[str, ...]]:
@@ -125,20 +125,25 @@ def federate(config: FederateConfig, print_fn=print) -> dict:
         rounds=config.rounds,
         labels=list(labels),
         test=str(test.resolve()),
-        owner_dirs=[str(d.resolve()) for d in owners],
         owner_work=str((out / "owners").resolve()),
     )
     print_fn(f"{len(owners)} owners ({', '.join(d.name for d in owners)}), runtime {config.runtime}")
-    wall = time.perf_counter()
-    run_simulation(settings)
+    wall, processes = time.perf_counter(), None
+    if config.runtime == "simulation":  # partition i reads owner i's directory; a SuperNode is given its own
+        run_simulation(replace(settings, owner_dirs=[str(d.resolve()) for d in owners]))
+    else:
+        processes = run_deployment(settings, owners, out / "deployment", print_fn)
     server = read_json(out / "federation" / "server.json", "the federation server's results")
     red = server["red"]
     accuracy = in_scope_accuracy(out / "model", test, ("red", "red_per_domain"))
     red["accuracy"], red["accuracy_per_domain_composition"] = accuracy["red"], accuracy["red_per_domain"]
+    if config.push:
+        red["pushed"] = push_accepted(config.push, config.admin_token, out / "accepted", red["sent_now"], print_fn)
     results = {
         "red": red,
         "runtime": config.runtime,
         "wall_seconds": time.perf_counter() - wall,
+        **({"deployment": processes} if processes else {}),
         "fedavg": server["fedavg"],
     }
     if config.one_machine:
@@ -152,7 +157,7 @@ def federate(config: FederateConfig, print_fn=print) -> dict:
         results["joint_central"] = joint_central(
             labels, owners, test, config.joint_epochs, config.seed, out / "fedavg-cache"
         )
-    results["config"] = asdict(config)
+    results["config"] = asdict(config) | {"admin_token": "<not recorded>" if config.admin_token else ""}
     results["provenance"] = provenance()
     write_json(out / "results.json", results)
     from redkit.federated.report import write_report
@@ -161,12 +166,25 @@ def federate(config: FederateConfig, print_fn=print) -> dict:
     return results
 
 
-def run_simulation(settings: Settings, mods: tuple = ()) -> None:
+def push_accepted(url: str, token: str, accepted: Path, owners: list[str], print_fn=print) -> dict[str, int]:
+    """Each owner's contribution accepted in this round, uploaded to the running server at `url`, which checks it
+    again and swaps in the model assembled with it; {owner: the model version it now serves}."""
+    from redkit.federated.upload import push
+
+    versions = {}
+    for owner in owners:
+        answer = push(url, owner, accepted / owner, token)
+        versions[owner] = answer["model"]["version"]
+        print_fn(f"pushed owner {owner} to {url}: it serves model version {versions[owner]}")
+    return versions
+
+
+def run_simulation(settings: Settings) -> None:
     """Flower's simulation runtime: one SuperNode per owner on this machine (Ray), one owner at a time (each
     owner's training is given both cores, as it would have its own machine's)."""
     from flwr.simulation import run_simulation as flower_simulation
 
-    server, client = apps(settings, mods)
+    server, client = apps(settings)
     flower_simulation(
         server_app=server,
         client_app=client,

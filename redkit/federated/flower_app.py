@@ -29,14 +29,14 @@ from flwr.serverapp.strategy import FedAvg
 
 from redkit.atomic import write_json
 from redkit.errors import RedkitError
-from redkit.federated.assemble import SIZE_LIMIT, accepted_in, assemble, check
-from redkit.federated.fedavg import FedAvgConfig, FineTune
-from redkit.federated.owner import package, train_contribution
-from redkit.federated.plan import FederationPlan
+from redkit.federated.upload import SIZE_LIMIT
 from redkit.fitting.data import load_fit_data
 from redkit.fitting.records import Fields, LabelReader, read_records
-from redkit.modules.store import install_module
 from redkit.names import check_name
+
+# torch and the training code (plan, owner, assemble, fedavg) are imported inside the handlers that use them: the
+# deployment runtime starts a ClientApp process for every message, and one that only says who its owner is
+# should not pay for torch (measured here: 1.1 s of the 1.6 s this module took to import with them).
 
 
 @dataclass
@@ -76,10 +76,9 @@ def owner_paths(context: Context, settings: Settings) -> tuple[str, Path, Path]:
     return check_name(data.name, "owner", f"data directory {data}"), data, work
 
 
-def client_app(settings: Settings | None = None, mods: tuple = ()) -> ClientApp:
-    """The owner's app; `settings` None: read from the run config (deployment). `mods`: Flower mods around every
-    handler (the fault tests kill an owner with one)."""
-    app = ClientApp(mods=list(mods))
+def client_app(settings: Settings | None = None) -> ClientApp:
+    """The owner's app; `settings` None: read from the run config (deployment)."""
+    app = ClientApp()
 
     def resolved(context: Context) -> Settings:
         return settings or Settings.from_context(context)
@@ -91,6 +90,9 @@ def client_app(settings: Settings | None = None, mods: tuple = ()) -> ClientApp:
 
     @app.train("red")
     def contribute(message: Message, context: Context) -> Message:
+        from redkit.federated.owner import package, train_contribution
+        from redkit.federated.plan import FederationPlan
+
         name, data, work = owner_paths(context, resolved(context))
         plan = FederationPlan.from_json(str(message.content["plan"]["plan"]))
         manifest = train_contribution(plan, data, work, print_fn=lambda *_: None)
@@ -100,6 +102,9 @@ def client_app(settings: Settings | None = None, mods: tuple = ()) -> ClientApp:
 
     @app.train()
     def local_epoch(message: Message, context: Context) -> Message:
+        from redkit.federated.fedavg import FedAvgConfig, FineTune
+        from redkit.federated.plan import FederationPlan
+
         s = resolved(context)
         _, data, work = owner_paths(context, s)
         plan = FederationPlan.from_json(s.plan)
@@ -131,31 +136,40 @@ def content_bytes(content: RecordDict) -> int:
     return sum(record.count_bytes() for record in content.values())
 
 
-def ask(grid: Grid, nodes: list[int], kind: str, content: RecordDict, timeout: float) -> tuple[list[Message], int]:
-    """Send `content` as `kind` to every node; (replies, bytes sent)."""
+def ask(grid: Grid, nodes: list[int], kind: str, content: RecordDict, timeout: float) -> tuple[dict, int]:
+    """Send `content` as `kind` to every node; ({node: its reply}, bytes sent). A reply is matched to the node
+    asked by the message it answers: an error the SuperLink writes for a node it lost (its heartbeat stopped)
+    comes from the SuperLink, not from that node."""
     messages = [Message(content, dst_node_id=n, message_type=kind) for n in nodes]
     sent = sum(content_bytes(m.content) for m in messages)
-    return list(grid.send_and_receive(messages, timeout=timeout)), sent
+    replies = list(grid.send_and_receive(messages, timeout=timeout))  # sending gives each message its id
+    node_of = {m.metadata.message_id: m.metadata.dst_node_id for m in messages}
+    return {node_of[r.metadata.reply_to_message_id]: r for r in replies}, sent
 
 
 def red_round(grid: Grid, nodes: list[int], settings: Settings, print_fn=print) -> dict:
     """RED's one round: every owner not yet accepted trains and sends its contribution; each is checked and
     the accepted ones (this round's and earlier rounds', RUN/accepted) assembled into RUN/model and RUN/bundle."""
+    from redkit.bundle.export import export_bundle
+    from redkit.federated.assemble import accepted_in, assemble, check
+    from redkit.federated.plan import FederationPlan
+    from redkit.modules.store import install_module
+
     start = time.perf_counter()
     run, plan = Path(settings.run_dir), FederationPlan.from_json(settings.plan)
     accepted_dir = run / "accepted"
     accepted_dir.mkdir(parents=True, exist_ok=True)
     replies, _ = ask(grid, nodes, "query.owner", RecordDict(), settings.timeout)
-    owner_of = {r.metadata.src_node_id: str(r.content["owner"]["owner"]) for r in replies if not r.has_error()}
+    owner_of = {n: str(r.content["owner"]["owner"]) for n, r in replies.items() if not r.has_error()}
     done = {a.owner for a in accepted_in(accepted_dir)}
     todo = [n for n in nodes if n in owner_of and owner_of[n] not in done]
+    phases = {"owners answered who they are": time.perf_counter() - start}
     replies, down = ask(
         grid, todo, "train.red", RecordDict({"plan": ConfigRecord({"plan": settings.plan})}), settings.timeout
     )
-    up, missing, refused, answered = 0, {}, {}, set()
-    for reply in replies:
-        node = reply.metadata.src_node_id
-        owner, answered = owner_of[node], answered | {node}
+    up, missing, refused = 0, {}, {}
+    for node, reply in replies.items():
+        owner = owner_of[node]
         if reply.has_error():
             missing[owner] = f"its round failed: {reply.error.reason}"
             continue
@@ -166,13 +180,14 @@ def red_round(grid: Grid, nodes: list[int], settings: Settings, print_fn=print) 
         except RedkitError as err:
             refused[owner] = str(err)
     for node in todo:
-        if node not in answered:
+        if node not in replies:
             missing[owner_of[node]] = f"no reply within {settings.timeout:.0f} s"
     for node in nodes:
         if node not in owner_of:
             missing[f"node {node}"] = "did not say who it is"
     for owner, why in {**missing, **refused}.items():
         print_fn(f"owner {owner}: left out ({why}); it can join later: run the same command again")
+    phases["contributions trained, sent and checked"] = time.perf_counter() - start
     accepted = accepted_in(accepted_dir)
     if not accepted:
         raise RedkitError("no owner's contribution was accepted: nothing to assemble")
@@ -180,8 +195,7 @@ def red_round(grid: Grid, nodes: list[int], settings: Settings, print_fn=print) 
     shutil.rmtree(run / "bundle.new", ignore_errors=True)
     model = assemble(plan, accepted, run / "model.new", print_fn)
     install_module(run / "model.new", run / "model")
-    from redkit.bundle.export import export_bundle
-
+    assembled = time.perf_counter() - start
     export_bundle(run / "model", run / "bundle.new")
     install_module(run / "bundle.new", run / "bundle")
     return {
@@ -192,7 +206,9 @@ def red_round(grid: Grid, nodes: list[int], settings: Settings, print_fn=print) 
         "refused": refused,
         "bytes_up": up,
         "bytes_down": down,
-        "seconds": time.perf_counter() - start,
+        "assembled_seconds": assembled,  # from the first message to RUN/model in place
+        "seconds": time.perf_counter() - start,  # and RUN/bundle exported
+        "phases": phases,  # seconds since the first message when each phase ended
     }
 
 
@@ -220,6 +236,9 @@ class MeteredFedAvg(FedAvg):
 
 def fedavg_rounds(grid: Grid, nodes: list[int], settings: Settings, print_fn=print) -> list[dict]:
     """R rounds of Flower's FedAvg over the owners, test accuracy after each (the experimenter's test file)."""
+    from redkit.federated.fedavg import FedAvgConfig, FineTune
+    from redkit.federated.plan import FederationPlan
+
     plan = FederationPlan.from_json(settings.plan)
     model = FineTune(FedAvgConfig(seed=plan.seed), tuple(settings.labels))
     test = read_records(Path(settings.test), Fields(), LabelReader()) if settings.test else []
@@ -268,9 +287,9 @@ def server_app(settings: Settings | None = None) -> ServerApp:
     return app
 
 
-def apps(settings: Settings, mods: tuple = ()) -> tuple[ServerApp, ClientApp]:
+def apps(settings: Settings) -> tuple[ServerApp, ClientApp]:
     """Both apps around `settings` (the simulation runtime)."""
-    return server_app(settings), client_app(settings, mods)
+    return server_app(settings), client_app(settings)
 
 
 # The deployment runtime's entry points (`flwr run`: [tool.flwr.app.components] of the app's pyproject.toml).

@@ -19,6 +19,7 @@ from redkit.atomic import write_json
 from redkit.bundle.manifest import file_entry
 from redkit.errors import RedkitError
 from redkit.federated.plan import FederationPlan, write_host
+from redkit.federated.upload import MANIFEST
 from redkit.fitting.config import FitConfig
 from redkit.fitting.data import load_fit_data
 from redkit.fitting.records import Fields
@@ -30,7 +31,6 @@ from redkit.modules.layers import ROUTERS
 from redkit.routers.gaussian import STATISTICS
 from redkit.train.stages import stage_line
 
-MANIFEST = "contribution.json"
 FORMAT = 1
 # An owner's modules (each under modules/<part>/<domain>/): what the replay-free model is made of. The
 # baselines' heads and logit experts are not sent: they output the owner's label indices, which are not the

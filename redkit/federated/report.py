@@ -74,6 +74,20 @@ def render(results: dict, picture: str | None) -> str:
             f"{results['one_machine']['seconds']:.0f} s; the {results['modules_compared']} modules' weights are "
             + ("byte-identical (sha256)." if results["same_modules"] else "**not** byte-identical (sha256)."),
         ]
+    if "deployment" in results:
+        seconds = results["deployment"]["seconds"]
+        lines += [
+            "",
+            f"Deployment runtime: {results['deployment']['processes']} processes (a SuperLink, a SuperNode per owner) "
+            f"up in {seconds['start']:.1f} s; `flwr run` to the run's end {seconds['run']:.0f} s; RED's round, "
+            f"first message to the model assembled, {red['assembled_seconds']:.0f} s"
+            + (
+                f" ({red['assembled_seconds'] / results['one_machine']['seconds']:.2f} x the one-process recipe)"
+                if "one_machine" in results
+                else ""
+            )
+            + f"; the processes stopped in {seconds['stop']:.1f} s.",
+        ]
     if picture:
         lines += ["", f"![accuracy against bytes exchanged]({picture})"]
     return "\n".join(lines) + "\n"

@@ -11,14 +11,16 @@ from __future__ import annotations
 
 import hmac
 import logging
-from typing import Any
+from typing import Annotated, Any
 
-from fastapi import Depends, FastAPI, Request
+from fastapi import Depends, FastAPI, Query, Request
 from fastapi.responses import JSONResponse
 
 from redkit.errors import RedkitError
+from redkit.federated.upload import CONTENT_TYPE as UPLOAD_TYPE
+from redkit.federated.upload import unpack
 from redkit.serve.errors import ApiError
-from redkit.serve.schema import DomainName, DomainRequest, read_json
+from redkit.serve.schema import DomainName, DomainRequest, media_type, read_json
 from redkit.serve.state import ModelState
 
 log = logging.getLogger("redkit.serve")
@@ -49,8 +51,22 @@ def install_admin_routes(app: FastAPI, token: str, changes) -> None:
             raise ApiError(409 if conflict else 422, str(err), code="refused") from None
         return JSONResponse({"model": loaded.info})
 
-    @app.post("/v1/domains", dependencies=auth, tags=["admin"], summary="Add a domain from an expert (hot swap)")
-    async def add_domain(request: Request) -> JSONResponse:
+    @app.post(
+        "/v1/domains",
+        dependencies=auth,
+        tags=["admin"],
+        summary="Add a domain: an expert by name (JSON), or an owner's contribution uploaded as a tar (hot swap)",
+    )
+    async def add_domain(request: Request, owner: Annotated[DomainName | None, Query()] = None) -> JSONResponse:
+        if media_type(request.headers.get("content-type")) == UPLOAD_TYPE:
+            if owner is None:
+                raise ApiError(422, "an uploaded contribution needs ?owner=NAME", code="refused")
+            body = await request.body()  # bounded by BodyLimitMiddleware (the server's --max-upload-bytes)
+            try:
+                files = unpack(body, f"owner {owner!r}'s upload")
+            except RedkitError as err:
+                raise ApiError(422, str(err), code="refused") from None
+            return await swap(request, lambda p: changes.contribute(p, owner, files))
         body = await read_json(request, DomainRequest)
         return await swap(request, lambda p: changes.add(p, body.expert))
 

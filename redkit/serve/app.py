@@ -36,6 +36,7 @@ def create_app(
     max_batch: int = 64,
     max_chars: int = 2000,
     max_body_bytes: int = 1_000_000,
+    max_upload_bytes: int = 256 * 2**20,
     batch_wait_ms: float = 0,
     admin_token: str | None = None,
     max_queue: int | None = None,
@@ -46,7 +47,8 @@ def create_app(
     max_batch: texts per request and per model call. max_queue: waiting texts before 503 (default 32 * max_batch).
     batch_wait_ms: how long a batch waits for more requests; 0 (measured best: requests that arrive while
     the model is busy form the next batch anyway). admin_token: enables POST/DELETE /v1/domains (else
-    they are 404). domain_changes: what they do (redkit/serve/lifecycle.py DomainChanges).
+    they are 404). domain_changes: what they do (redkit/serve/lifecycle.py DomainChanges). max_upload_bytes:
+    the body limit of POST /v1/domains, which takes an owner's uploaded contribution (admin routes only).
     """
     if max_batch < 1 or max_chars < 1 or max_body_bytes < 1 or batch_wait_ms < 0:
         raise ValueError("max_batch, max_chars and max_body_bytes must be >= 1, batch_wait_ms >= 0")
@@ -76,7 +78,8 @@ def create_app(
     # redirect_slashes=False: "/v1/predict/" is a 404, not a 307 that makes clients re-send the body elsewhere.
     app = FastAPI(title="redkit", version=redkit_version(), lifespan=lifespan, redirect_slashes=False)
     install_error_handlers(app)
-    app.add_middleware(BodyLimitMiddleware, max_body_bytes=max_body_bytes)
+    uploads = {("POST", "/v1/domains"): max_upload_bytes} if admin_token is not None else {}
+    app.add_middleware(BodyLimitMiddleware, max_body_bytes=max_body_bytes, larger=uploads)
     app.add_middleware(MetricsMiddleware, metrics=metrics)  # added last = outermost: sees the 413s too
 
     @app.get("/health", summary="200 once the model is loaded, 503 before (or if loading failed)")

@@ -1,17 +1,23 @@
 """The modular life cycle at serving time: a domain added or removed while the server answers.
 
     POST /v1/domains {"expert": NAME}   EXPERTS_DIR/NAME, written by `redkit train-expert`
+    POST /v1/domains?owner=NAME         a data owner's contribution, uploaded as a tar (redkit/federated/upload.py)
     DELETE /v1/domains/NAME
 
-Each change is the library's own life-cycle step on the run behind the served model
-(redkit.lifecycle: add-domain retrains only the router and gate over every domain, remove-domain
-masks the domain's labels and retrains them too; the fingerprint of an expert from another
-backbone is refused in one line), then the new run's bundle and serving graph, then a new
-predictor: built beside the old one, in WORK/vN/, and swapped in whole by the caller
-(redkit/serve/state.py). The old one keeps answering until then. This path imports torch; serving
-does not.
+Each change is the library's own step on the run behind the served model, then the new run's bundle and
+serving graph, then a new predictor: built beside the old one, in WORK/vN/, and swapped in whole by the caller
+(redkit/serve/state.py). The old one keeps answering until then. This path imports torch; serving does not.
+
+- a run fit on pooled data (redkit.lifecycle): add-domain retrains only the router and gate over every domain,
+  remove-domain masks the domain's labels and retrains them too; the fingerprint of an expert from another
+  backbone is refused in one line;
+- a run assembled from owners' contributions (redkit federate): an upload is checked as the federation's server
+  checks one (redkit/federated/assemble.py: sizes, sha256, names, backbone, routing) and the run assembled again
+  with it (an owner's earlier contribution replaced whole); a domain removed is its owner opting out: the run
+  assembled again without it. Nothing is trained either way: the router is the owners' statistics summed.
 """
 
+import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -54,12 +60,37 @@ def with_expert(current: BundlePredictor, experts_dir: Path, name: str, work: Pa
     return _next(current, work, lambda parent, out: add_domain(parent, expert_dir=expert, out=out, print_fn=print_fn))
 
 
+def with_contribution(
+    current: BundlePredictor, owner: str, files: dict[str, bytes], work: Path, limit: int, print_fn=print
+) -> BundlePredictor:
+    """A new predictor with owner `owner`'s uploaded contribution (checked first: refused, nothing is written
+    but an empty WORK/received)."""
+    from redkit.federated.assemble import assemble, check, contributions_of
+
+    plan, accepted = contributions_of(_needs_run(current))
+    received = Path(work) / "received"
+    received.mkdir(parents=True, exist_ok=True)
+    staged = check(files, plan, owner, received, limit)
+    owners = [a for a in accepted if a.owner != owner] + [staged]
+    try:
+        return _next(current, work, lambda parent, out: assemble(plan, owners, out, print_fn))
+    finally:
+        shutil.rmtree(staged.directory, ignore_errors=True)  # assembled in the new run: no second copy kept
+
+
 def without_domain(current: BundlePredictor, name: str, work: Path, print_fn=print) -> BundlePredictor:
     """A new predictor without domain `name`."""
-    from redkit.lifecycle.remove import remove_domain
+    from redkit.fitting.run import FitRun
 
     if name not in current.domains:
         raise KeyError(name)
+    if FitRun(_needs_run(current)).assembled:  # its owner opts out: assembled again without it
+        from redkit.federated.assemble import assemble, contributions_of, without
+
+        plan, accepted = contributions_of(current.source_run)
+        return _next(current, work, lambda parent, out: assemble(plan, without(accepted, name), out, print_fn))
+    from redkit.lifecycle.remove import remove_domain
+
     return _next(current, work, lambda parent, out: remove_domain(parent, name, out=out, print_fn=print_fn))
 
 
@@ -70,6 +101,7 @@ class DomainChanges:
     experts_dir: Path | None  # where experts are found by name; None: adding is off
     work: Path  # where new versions go
     print_fn: object = print
+    upload_limit: int = 256 * 2**20  # bytes of an owner's uploaded contribution (ServeConfig.max_upload_bytes)
 
     def add(self, current: BundlePredictor, name: str) -> BundlePredictor:
         if self.experts_dir is None:
@@ -78,3 +110,6 @@ class DomainChanges:
 
     def remove(self, current: BundlePredictor, name: str) -> BundlePredictor:
         return without_domain(current, name, self.work, self.print_fn)
+
+    def contribute(self, current: BundlePredictor, owner: str, files: dict[str, bytes]) -> BundlePredictor:
+        return with_contribution(current, owner, files, self.work, self.upload_limit, self.print_fn)

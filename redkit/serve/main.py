@@ -30,6 +30,7 @@ class ServeConfig:
     max_batch: int = 64  # texts per request, and per model call
     max_chars: int = 2000  # per text
     max_body_bytes: int = 1_000_000
+    max_upload_bytes: int = 256 * 2**20  # an owner's uploaded contribution (POST /v1/domains, admin only)
     batch_wait_ms: float = 0.0  # measured best: a busy model batches the requests that arrive meanwhile anyway
     threads: int | None = None  # ONNX Runtime's intra-op threads (default: every core)
     admin: bool = False  # admin routes on (the token itself travels in TOKEN_ENV, never in this config)
@@ -37,7 +38,7 @@ class ServeConfig:
     work: str | None = None
 
     def __post_init__(self):
-        for name in ("port", "workers", "max_batch", "max_chars", "max_body_bytes"):
+        for name in ("port", "workers", "max_batch", "max_chars", "max_body_bytes", "max_upload_bytes"):
             if getattr(self, name) < (0 if name == "port" else 1):
                 raise RedkitError(f"--{name.replace('_', '-')} {getattr(self, name)}: must be at least 1")
         if self.batch_wait_ms < 0 or (self.threads is not None and self.threads < 1):
@@ -75,12 +76,14 @@ def create(config: ServeConfig):
         max_batch=config.max_batch,
         max_chars=config.max_chars,
         max_body_bytes=config.max_body_bytes,
+        max_upload_bytes=config.max_upload_bytes,
         batch_wait_ms=config.batch_wait_ms,
         admin_token=os.environ.get(TOKEN_ENV) if config.admin else None,
         domain_changes=DomainChanges(
             Path(config.experts_dir) if config.experts_dir else None,
             Path(config.work) if config.work else Path(tempfile.mkdtemp(prefix="redkit-serve-")),
             logging.getLogger("redkit.serve").info,
+            config.max_upload_bytes,
         ),
     )
 

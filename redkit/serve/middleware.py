@@ -43,18 +43,20 @@ class BodyLimitMiddleware:
     tries with a 2 MB body). Past DRAIN_BYTES the server answers anyway: it never reads without bound.
     """
 
-    def __init__(self, app: ASGIApp, max_body_bytes: int) -> None:
-        self.app, self.max_body_bytes = app, max_body_bytes
+    def __init__(self, app: ASGIApp, max_body_bytes: int, larger: dict[tuple[str, str], int] | None = None) -> None:
+        # larger: {(method, path): its own limit}, for a route that takes files (an owner's upload, admin only)
+        self.app, self.max_body_bytes, self.larger = app, max_body_bytes, larger or {}
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        limit = self.larger.get((scope["method"], scope["path"]), self.max_body_bytes)
         declared = Headers(scope=scope).get("content-length")
-        if declared is not None and declared.isdigit() and int(declared) > self.max_body_bytes:
+        if declared is not None and declared.isdigit() and int(declared) > limit:
             if int(declared) <= DRAIN_BYTES:
                 await drain(receive, DRAIN_BYTES)
-            response = error_response(413, f"request body is over {self.max_body_bytes} bytes")
+            response = error_response(413, f"request body is over {limit} bytes")
             await response(scope, receive, send)
             return
         received = 0
@@ -64,10 +66,10 @@ class BodyLimitMiddleware:
             message = await receive()
             if message["type"] == "http.request":
                 received += len(message.get("body", b""))
-                if received > self.max_body_bytes:
+                if received > limit:
                     if message.get("more_body", False):
                         await drain(receive, DRAIN_BYTES - received)
-                    raise ApiError(413, f"request body is over {self.max_body_bytes} bytes")
+                    raise ApiError(413, f"request body is over {limit} bytes")
             return message
 
         await self.app(scope, limited_receive, send)

@@ -51,13 +51,18 @@ class DomainRequest(BaseModel):
     expert: DomainName
 
 
-def is_json_media_type(content_type: str | None) -> bool:
+def media_type(content_type: str | None) -> str:
+    """'type/subtype' of a Content-Type header, lower case, parameters dropped ('' if there is none)."""
     if not content_type:
-        return False
+        return ""
     message = Message()
     message["content-type"] = content_type
-    subtype = message.get_content_subtype()
-    return message.get_content_maintype() == "application" and (subtype == "json" or subtype.endswith("+json"))
+    return message.get_content_type()
+
+
+def is_json_media_type(content_type: str | None) -> bool:
+    maintype, _, subtype = media_type(content_type).partition("/")
+    return maintype == "application" and (subtype == "json" or subtype.endswith("+json"))
 
 
 async def read_json(request: Request, model: type[M]) -> M:

@@ -1,0 +1,217 @@
+"""Flower's deployment runtime on this machine: one `flower-superlink`, one `flower-supernode` per owner (each
+given only its own data directory in its node config), and `flwr run` of redkit's app (flower_app.py).
+
+    RUN/deployment/app/pyproject.toml    the Flower app: its components are redkit.federated.flower_app's
+                                         `server` and `client`; the run config's "settings" is the Settings JSON
+    RUN/deployment/run-config.toml       this run's settings (`flwr run --run-config`)
+    RUN/deployment/flwr-home/config.toml the SuperLink connection `flwr run` uses (FLWR_HOME: nothing in ~/.flwr)
+    RUN/deployment/nodes/<owner>/        each SuperNode's own FLWR_HOME (the app it installed from the SuperLink)
+    RUN/deployment/logs/*.log            the SuperLink's, each SuperNode's and `flwr run`'s output
+
+The processes are what an owner runs on its own machine (docs/guides/federated.md gives the commands); here they
+share 127.0.0.1. Nothing is installed at run time (the SuperLink's `uv sync` of an app's dependencies is off):
+every process is this environment's, so the ServerApp and ClientApps import the installed redkit.
+"""
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+from redkit.atomic import write_text
+from redkit.errors import RedkitError
+from redkit.federated.flower_app import Settings
+
+APP = """\
+[build-system]
+requires = ["hatchling"]
+build-backend = "hatchling.build"
+
+[project]
+name = "redkit-federation"
+version = "1.0.0"
+description = "RED assembled from data owners' contributions, beside FedAvg (redkit.federated)"
+license = "MIT"
+dependencies = []  # redkit[federated], installed where every SuperLink and SuperNode runs
+
+[tool.flwr.app]
+publisher = "redkit"
+
+[tool.flwr.app.components]
+serverapp = "redkit.federated.flower_app:server"
+clientapp = "redkit.federated.flower_app:client"
+
+[tool.flwr.app.config]
+settings = ""  # the run's Settings as JSON (flwr run --run-config)
+"""
+
+
+# Every owner here shares this machine's cores: one thread each (torch's intra-op pool, the tokenizer's), or
+# N owners' pools of every core each would fight over them (measured: 10 owners on 2 cores, 2.9 x slower than
+# one process doing their work in turn). On its own machine an owner's SuperNode takes whatever it has.
+ONE_CORE_EACH = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
+
+
+def free_port() -> int:
+    """A port nobody listens on now (the OS picks it)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_for_port(port: int, process: subprocess.Popen, name: str, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RedkitError(f"{name} exited with code {process.returncode} before listening (see its log)")
+        with socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        time.sleep(0.2)
+    raise RedkitError(f"{name} did not listen on 127.0.0.1:{port} within {timeout:.0f} s")
+
+
+def toml_string(value: str) -> str:
+    """A TOML basic string (JSON's escapes are TOML's)."""
+    return json.dumps(value)
+
+
+def node_config(data: Path, work: Path) -> str:
+    """`--node-config`: the owner's data and work directories, and nothing else of the federation's."""
+    return f"data-dir={toml_string(str(data))} work-dir={toml_string(str(work))}"
+
+
+class Federation:
+    """The processes of one deployment on 127.0.0.1, each in its own process group (a SuperNode's ClientApps
+    are its children): `stop` ends every group."""
+
+    def __init__(self, root: Path, owners: list[Path], owner_work: Path):
+        self.root, self.owners, self.owner_work = root, owners, owner_work
+        self.logs = root / "logs"
+        bin_dir = str(Path(sys.executable).parent)  # the SuperLink and SuperNodes start flower-superexec from PATH
+        self.env = {
+            **os.environ,
+            "FLWR_HOME": str(root / "flwr-home"),
+            "PATH": bin_dir + os.pathsep + os.environ.get("PATH", ""),
+            "FLWR_DISABLE_UPDATE_CHECK": "1",
+        }
+        self.processes: dict[str, subprocess.Popen] = {}
+
+    def start(self, name: str, args: list[str], env: dict | None = None) -> subprocess.Popen:
+        self.logs.mkdir(parents=True, exist_ok=True)
+        with open(self.logs / f"{name}.log", "ab") as log:
+            process = subprocess.Popen(
+                args,
+                env=self.env | (env or {}),
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                cwd=self.root,
+            )
+        self.processes[name] = process
+        return process
+
+    def stop(self) -> None:
+        for process in self.processes.values():
+            if process.poll() is None:
+                with_group(process, signal.SIGTERM)
+        deadline = time.monotonic() + 10
+        for process in self.processes.values():
+            try:
+                process.wait(max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                with_group(process, signal.SIGKILL)
+                process.wait()
+
+    def start_superlink(self) -> int:
+        port = free_port()
+        link = self.start(
+            "superlink",
+            [
+                "flower-superlink",
+                "--insecure",
+                "--disable-runtime-dependency-installation",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(port),
+            ],
+        )
+        wait_for_port(port, link, "flower-superlink")
+        return port
+
+    def start_supernodes(self, link_port: int) -> None:
+        for data in self.owners:
+            self.start(
+                f"supernode-{data.name}",
+                [
+                    "flower-supernode",
+                    "--insecure",
+                    "--superlink",
+                    f"127.0.0.1:{link_port}",
+                    "--port",
+                    str(free_port()),
+                    "--node-config",
+                    node_config(data.resolve(), (self.owner_work / data.name).resolve()),
+                ],
+                env=ONE_CORE_EACH | {"FLWR_HOME": str(self.root / "nodes" / data.name)},  # its own, as on its machine
+            )
+
+    def submit(self, link_port: int, settings: Settings, timeout: float) -> None:
+        """`flwr run` of the app with this run's settings; returns when the run has ended (its logs streamed)."""
+        app = self.root / "app"
+        write_text(app / "pyproject.toml", APP)
+        run_config = self.root / "run-config.toml"
+        write_text(run_config, f"settings = {toml_string(settings.to_json())}\n")
+        write_text(
+            self.root / "flwr-home" / "config.toml",
+            f'[superlink]\ndefault = "redkit"\n\n[superlink.redkit]\naddress = "127.0.0.1:{link_port}"\ninsecure = true\n',
+        )
+        with open(self.logs / "flwr-run.log", "ab") as log:
+            done = subprocess.run(
+                ["flwr", "run", str(app), "redkit", "--run-config", str(run_config), "--stream"],
+                env=self.env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                timeout=timeout,
+                cwd=self.root,
+            )
+        if done.returncode:
+            raise RedkitError(f"flwr run exited with code {done.returncode} (see {self.logs / 'flwr-run.log'})")
+
+
+def with_group(process: subprocess.Popen, sig: int) -> None:
+    try:
+        os.killpg(process.pid, sig)
+    except ProcessLookupError:
+        pass
+
+
+def run_deployment(settings: Settings, owners: list[Path], root: Path, print_fn=print, watch=None) -> dict:
+    """The whole federation as processes on 127.0.0.1, stopped when the run ends; seconds {"start": until every
+    process was up, "run": `flwr run` from submitting the app to the run's end, "stop": the processes' exit}.
+    `watch(federation)`, if given, runs beside the run in a thread (the fault tests kill an owner with it)."""
+    seconds, processes = {}, Federation(root, owners, Path(settings.owner_work))
+    try:
+        start = time.perf_counter()
+        port = processes.start_superlink()
+        processes.start_supernodes(port)
+        seconds["start"] = time.perf_counter() - start
+        print_fn(f"flower-superlink on 127.0.0.1:{port}, {len(owners)} flower-supernodes ({seconds['start']:.1f} s)")
+        if watch is not None:
+            threading.Thread(target=watch, args=(processes,), daemon=True).start()
+        submitted = time.perf_counter()
+        processes.submit(port, settings, settings.timeout)
+        seconds["run"] = time.perf_counter() - submitted
+    finally:
+        stopping = time.perf_counter()
+        processes.stop()
+        seconds["stop"] = time.perf_counter() - stopping
+    if not (Path(settings.run_dir) / "federation" / "server.json").is_file():
+        raise RedkitError(f"the Flower server app ended without its results (see {root / 'logs'})")
+    return {"seconds": seconds, "processes": len(processes.processes)}
