@@ -7,6 +7,7 @@ import json
 import os
 import signal
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -203,8 +204,9 @@ def test_an_owner_joins_and_opts_out_while_the_model_serves(owners, tmp_path):
 
 def test_the_deployment_runtime_goes_on_without_a_killed_owner_who_joins_later(owners, tmp_path):
     """A SuperLink and three SuperNodes as processes; one owner's SuperNode (and its ClientApp) killed with
-    SIGKILL while it trains: the round ends with the other two and names the missing owner; the same run again
-    asks only that owner (the others' contributions are kept), and the model is the one-machine model (sha256)."""
+    SIGKILL while it trains: the round ends with the other two and names the missing owner. That owner comes
+    back alone later (the others offline): the same run trains it only, keeps the others' contributions, and
+    the model is the one-machine model of all three (sha256)."""
     from redkit.federated.deployment import run_deployment
     from redkit.federated.federate import module_digests
     from redkit.federated.flower_app import Settings
@@ -232,7 +234,8 @@ def test_the_deployment_runtime_goes_on_without_a_killed_owner_who_joins_later(o
     assert set(first["missing"]) == {victim} and first["domains"] == sorted(set(names) - {victim}), first
     assert not (run / "accepted" / victim).exists()
 
-    run_deployment(settings, owners["dirs"], tmp_path / "deployment", quiet)
+    alone = [d for d in owners["dirs"] if d.name == victim]
+    run_deployment(replace(settings, owners=1), alone, tmp_path / "deployment", quiet)
     second = json.loads((run / "federation" / "server.json").read_text())["red"]
     assert second["sent_now"] == [victim] and second["domains"] == sorted(names) and not second["missing"]
     _accept_everyone(owners, tmp_path / "one" / "accepted")

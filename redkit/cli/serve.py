@@ -6,6 +6,7 @@ from pathlib import Path
 
 from redkit.cli.command import command
 from redkit.errors import RedkitError
+from redkit.federated.upload import SIZE_LIMIT
 
 
 def _options(p: argparse.ArgumentParser) -> None:
@@ -21,7 +22,7 @@ def _options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-chars", type=int, default=2000, help="characters per text")
     p.add_argument("--max-body-bytes", type=int, default=1_000_000)
     p.add_argument(
-        "--max-upload-bytes", type=int, default=256 * 2**20, help="an owner's contribution uploaded to POST /v1/domains"
+        "--max-upload-bytes", type=int, default=SIZE_LIMIT, help="an owner's contribution uploaded to POST /v1/domains"
     )
     p.add_argument("--batch-wait-ms", type=float, default=0.0, help="how long a batch waits for more requests")
     p.add_argument("--threads", type=int, default=None, help="ONNX Runtime threads per process (default: every core)")

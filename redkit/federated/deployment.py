@@ -57,6 +57,9 @@ settings = ""  # the run's Settings as JSON (flwr run --run-config)
 ONE_CORE_EACH = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
 
 
+STOP_GRACE = 3.0  # seconds for a process to exit on SIGTERM before SIGKILL (the run's results are written by then)
+
+
 def free_port() -> int:
     """A port nobody listens on now (the OS picks it)."""
     with socket.socket() as s:
@@ -120,7 +123,7 @@ class Federation:
         for process in self.processes.values():
             if process.poll() is None:
                 with_group(process, signal.SIGTERM)
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + STOP_GRACE
         for process in self.processes.values():
             try:
                 process.wait(max(0.1, deadline - time.monotonic()))

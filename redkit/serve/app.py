@@ -20,6 +20,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 
 from redkit.bundle.manifest import redkit_version
+from redkit.federated.upload import SIZE_LIMIT
 from redkit.serve.admin import install_admin_routes
 from redkit.serve.batching import Batcher
 from redkit.serve.errors import install_error_handlers
@@ -36,7 +37,7 @@ def create_app(
     max_batch: int = 64,
     max_chars: int = 2000,
     max_body_bytes: int = 1_000_000,
-    max_upload_bytes: int = 256 * 2**20,
+    max_upload_bytes: int = SIZE_LIMIT,
     batch_wait_ms: float = 0,
     admin_token: str | None = None,
     max_queue: int | None = None,

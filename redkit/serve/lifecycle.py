@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from redkit.errors import RedkitError
+from redkit.federated.upload import SIZE_LIMIT
 from redkit.serve.predictor import BundlePredictor
 
 
@@ -101,7 +102,7 @@ class DomainChanges:
     experts_dir: Path | None  # where experts are found by name; None: adding is off
     work: Path  # where new versions go
     print_fn: object = print
-    upload_limit: int = 256 * 2**20  # bytes of an owner's uploaded contribution (ServeConfig.max_upload_bytes)
+    upload_limit: int = SIZE_LIMIT  # bytes of an owner's uploaded contribution (ServeConfig.max_upload_bytes)
 
     def add(self, current: BundlePredictor, name: str) -> BundlePredictor:
         if self.experts_dir is None:

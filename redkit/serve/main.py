@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from redkit.errors import RedkitError
+from redkit.federated.upload import SIZE_LIMIT
 
 ENV = "REDKIT_SERVE_CONFIG"  # the settings, as JSON, for uvicorn's worker processes (which rebuild the app)
 TOKEN_ENV = "REDKIT_ADMIN_TOKEN"  # where the admin token is read from by default (a flag would show in `ps`)
@@ -30,7 +31,7 @@ class ServeConfig:
     max_batch: int = 64  # texts per request, and per model call
     max_chars: int = 2000  # per text
     max_body_bytes: int = 1_000_000
-    max_upload_bytes: int = 256 * 2**20  # an owner's uploaded contribution (POST /v1/domains, admin only)
+    max_upload_bytes: int = SIZE_LIMIT  # an owner's uploaded contribution (POST /v1/domains, admin only)
     batch_wait_ms: float = 0.0  # measured best: a busy model batches the requests that arrive meanwhile anyway
     threads: int | None = None  # ONNX Runtime's intra-op threads (default: every core)
     admin: bool = False  # admin routes on (the token itself travels in TOKEN_ENV, never in this config)
