@@ -57,7 +57,7 @@ settings = ""  # the run's Settings as JSON (flwr run --run-config)
 ONE_CORE_EACH = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
 
 
-STOP_GRACE = 3.0  # seconds for a process to exit on SIGTERM before SIGKILL (the run's results are written by then)
+STOP_GRACE = 10.0  # seconds for a process to exit on SIGTERM before SIGKILL (the run's results are written by then)
 
 
 def free_port() -> int:
