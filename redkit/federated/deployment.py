@@ -176,14 +176,17 @@ class Federation:
             f'[superlink]\ndefault = "redkit"\n\n[superlink.redkit]\naddress = "127.0.0.1:{link_port}"\ninsecure = true\n',
         )
         with open(self.logs / "flwr-run.log", "ab") as log:
-            done = subprocess.run(
-                ["flwr", "run", str(app), "redkit", "--run-config", str(run_config), "--stream"],
-                env=self.env,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                timeout=timeout,
-                cwd=self.root,
-            )
+            try:
+                done = subprocess.run(
+                    ["flwr", "run", str(app), "redkit", "--run-config", str(run_config), "--stream"],
+                    env=self.env,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    timeout=timeout,
+                    cwd=self.root,
+                )
+            except subprocess.TimeoutExpired:
+                raise RedkitError(f"the run did not end within {timeout:.0f} s (see {self.logs})") from None
         if done.returncode:
             raise RedkitError(f"flwr run exited with code {done.returncode} (see {self.logs / 'flwr-run.log'})")
 
@@ -196,9 +199,10 @@ def with_group(process: subprocess.Popen, sig: int) -> None:
 
 
 def run_deployment(settings: Settings, owners: list[Path], root: Path, print_fn=print, watch=None) -> dict:
-    """The whole federation as processes on 127.0.0.1, stopped when the run ends; seconds {"start": until every
-    process was up, "run": `flwr run` from submitting the app to the run's end, "stop": the processes' exit}.
-    `watch(federation)`, if given, runs beside the run in a thread (the fault tests kill an owner with it)."""
+    """The whole federation as processes on 127.0.0.1, stopped when the run ends; seconds {"start": until the
+    SuperLink listened and every SuperNode was started, "run": `flwr run` from submitting the app to the run's
+    end, "stop": the processes' exit}. `watch(federation)`, if given, runs beside the run in a thread (the fault
+    tests kill an owner with it)."""
     seconds, processes = {}, Federation(root, owners, Path(settings.owner_work))
     try:
         start = time.perf_counter()
