@@ -16,8 +16,9 @@ pytest.importorskip("flwr")
 
 from redkit.errors import RedkitError  # noqa: E402
 from redkit.federated.assemble import accepted_in, assemble, check  # noqa: E402
-from redkit.federated.owner import MANIFEST, package, train_contribution  # noqa: E402
+from redkit.federated.owner import MANIFEST, train_contribution  # noqa: E402
 from redkit.federated.plan import FederationPlan  # noqa: E402
+from redkit.federated.upload import package  # noqa: E402
 from redkit.fitting.topics import write_topics  # noqa: E402
 
 pytestmark = pytest.mark.slow  # loads the backbone, trains owners' modules

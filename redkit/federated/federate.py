@@ -26,8 +26,9 @@ from redkit.federated.assemble import accepted_in, assemble, check
 from redkit.federated.deployment import run_deployment
 from redkit.federated.fedavg import FedAvgConfig, FineTune
 from redkit.federated.flower_app import Settings, apps
-from redkit.federated.owner import package, train_contribution
+from redkit.federated.owner import train_contribution
 from redkit.federated.plan import FederationPlan
+from redkit.federated.upload import package
 from redkit.fitting.data import load_fit_data, load_run_data
 from redkit.fitting.records import Fields, LabelReader, read_records
 from redkit.jsonfile import read_json

@@ -29,7 +29,7 @@ from flwr.serverapp.strategy import FedAvg
 
 from redkit.atomic import write_json
 from redkit.errors import RedkitError
-from redkit.federated.upload import SIZE_LIMIT
+from redkit.federated.upload import SIZE_LIMIT, package
 from redkit.fitting.data import load_fit_data
 from redkit.fitting.records import Fields, LabelReader, read_records
 from redkit.names import check_name
@@ -90,7 +90,7 @@ def client_app(settings: Settings | None = None) -> ClientApp:
 
     @app.train("red")
     def contribute(message: Message, context: Context) -> Message:
-        from redkit.federated.owner import package, train_contribution
+        from redkit.federated.owner import train_contribution
         from redkit.federated.plan import FederationPlan
 
         name, data, work = owner_paths(context, resolved(context))

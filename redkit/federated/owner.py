@@ -6,8 +6,8 @@
             statistics/<d>                          counts, means, scatter of φ(h): its share of the router
     ─► {"files": {"modules/<part>/<name>": {size, sha256}}, "domains", "label_rows", "fingerprint", "dim", ...}
 
-What leaves the owner is `package(...)`: those module files (weights and their JSON configs) and the manifest,
-no example and no feature. The seeds are the run's (seed, the domain's index among the owner's own domains), so
+What leaves the owner is `package(...)` (upload.py): those module files (weights and their JSON configs) and the
+manifest, no example and no feature. The seeds are the run's (seed, the domain's index among the owner's own domains), so
 a contribution is the same whichever machine computes it, and whenever (tests/test_federated.py).
 """
 
@@ -17,7 +17,6 @@ from pathlib import Path
 
 from redkit.atomic import write_json
 from redkit.bundle.manifest import file_entry
-from redkit.errors import RedkitError
 from redkit.federated.plan import FederationPlan, write_host
 from redkit.federated.upload import MANIFEST
 from redkit.fitting.config import FitConfig
@@ -80,12 +79,3 @@ def train_contribution(plan: FederationPlan, data_dir: Path, work: Path, print_f
     }
     write_json(work / MANIFEST, manifest)  # last: a work directory with a manifest is a finished contribution
     return manifest
-
-
-def package(work: Path, manifest: dict) -> dict[str, bytes]:
-    """What leaves the owner: {relative path: bytes} of every listed module file, and the manifest."""
-    work = Path(work)
-    missing = [rel for rel in manifest["files"] if not (work / rel).is_file()]
-    if missing:
-        raise RedkitError(f"{work}: {missing[0]} is listed in {MANIFEST} but missing; train the contribution again")
-    return {rel: (work / rel).read_bytes() for rel in manifest["files"]} | {MANIFEST: (work / MANIFEST).read_bytes()}

@@ -4,6 +4,7 @@ checks it exactly as the federation's server does (assemble.check) and swaps in 
 
     pack(received)      {relative path: bytes} -> tar bytes (sorted, fixed metadata: the same files, the same tar)
     unpack(body, where) tar bytes -> {relative path: bytes}; a member that is not a regular file, or twice, refused
+    package(directory)  what leaves an owner: its manifest and the module files it lists
     push(url, owner, directory, token)   the accepted contribution in `directory` to a running server
 
 Only the standard library: the server's side imports it without Flower, the push without torch.
@@ -53,18 +54,24 @@ def unpack(body: bytes, where: str) -> dict[str, bytes]:
     return files
 
 
-def contribution_files(directory: Path) -> dict[str, bytes]:
-    """An accepted contribution (RUN/accepted/<owner>/): its manifest and the files it lists."""
+def package(directory: Path, manifest: dict | None = None) -> dict[str, bytes]:
+    """What leaves an owner: {relative path: bytes} of every module file its manifest lists, and the manifest
+    (read from `directory` when not given): an owner's work directory, or a contribution accepted from it."""
     directory = Path(directory)
-    manifest = json.loads((directory / MANIFEST).read_bytes())
-    return {MANIFEST: (directory / MANIFEST).read_bytes()} | {
-        relative: (directory / relative).read_bytes() for relative in manifest["files"]
+    manifest = manifest if manifest is not None else json.loads((directory / MANIFEST).read_bytes())
+    missing = [rel for rel in manifest["files"] if not (directory / rel).is_file()]
+    if missing:
+        raise RedkitError(
+            f"{directory}: {missing[0]} is listed in {MANIFEST} but missing; train the contribution again"
+        )
+    return {rel: (directory / rel).read_bytes() for rel in manifest["files"]} | {
+        MANIFEST: (directory / MANIFEST).read_bytes()
     }
 
 
 def push(url: str, owner: str, directory: Path, token: str, timeout: float = 600.0) -> dict:
     """POST the contribution in `directory` to the server at `url`; the server's answer (the model it now serves)."""
-    body = pack(contribution_files(directory))
+    body = pack(package(directory))
     request = urllib.request.Request(
         f"{url.rstrip('/')}/v1/domains?{urllib.parse.urlencode({'owner': owner})}",
         data=body,
