@@ -22,6 +22,8 @@ FIT_ARGS = ("--max-epochs", "8")  # enough for the new label rows to learn; the 
 # domain's rows, trained alone, reach only 0.3 on it under `red`'s full softmax on this tiny set (red_per_domain is
 # unaffected: each domain's labels compete only with each other). docs/results/lifecycle.md says so.
 FIT_ARGS += ("--base-fraction", "0.1")
+# No references (joint, linear probe) in the fitted run: a derived run has none, and the study trains its own joint.
+FIT_ARGS += ("--references",)
 
 
 def _sha(path: Path) -> str:

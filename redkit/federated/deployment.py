@@ -15,12 +15,14 @@ every process is this environment's, so the ServerApp and ClientApps import the 
 
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
 import sys
 import threading
 import time
+from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
 from redkit.atomic import write_text
@@ -57,7 +59,23 @@ settings = ""  # the run's Settings as JSON (flwr run --run-config)
 ONE_CORE_EACH = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
 
 
+# The SuperLink's `--host/--port` (one port for its HTTP APIs): flwr 1.32 refuses them (a fresh install once resolved
+# it); 1.42 is the release this runtime was built and measured with.
+FLOWER_AT_LEAST = (1, 42)
+
 STOP_GRACE = 10.0  # seconds for a process to exit on SIGTERM before SIGKILL (the run's results are written by then)
+
+
+def require_flower() -> None:
+    """Refuse, in one line, a Flower this runtime's commands do not fit (before any process starts)."""
+    try:
+        found = version("flwr")
+    except PackageNotFoundError:
+        raise RedkitError("the deployment runtime needs Flower: pip install 'redkit[federated]'") from None
+    release = tuple(int(part) for part in re.findall(r"\d+", found)[:2])
+    if release < FLOWER_AT_LEAST:
+        wanted = ".".join(map(str, FLOWER_AT_LEAST))
+        raise RedkitError(f"the deployment runtime needs flwr >= {wanted}, found {found}: pip install 'flwr>={wanted}'")
 
 
 def free_port() -> int:
@@ -67,11 +85,19 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def wait_for_port(port: int, process: subprocess.Popen, name: str, timeout: float = 60.0) -> None:
+def last_line(log: Path) -> str:
+    """The last non-empty line a process wrote to its log (why it exited, as often as not)."""
+    lines = [line.strip() for line in log.read_text(errors="replace").splitlines() if line.strip()]
+    return lines[-1] if lines else "(its log is empty)"
+
+
+def wait_for_port(port: int, process: subprocess.Popen, name: str, log: Path, timeout: float = 60.0) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if process.poll() is not None:
-            raise RedkitError(f"{name} exited with code {process.returncode} before listening (see its log)")
+            raise RedkitError(
+                f"{name} exited with code {process.returncode} before listening: {last_line(log)} ({log})"
+            )
         with socket.socket() as s:
             if s.connect_ex(("127.0.0.1", port)) == 0:
                 return
@@ -145,7 +171,7 @@ class Federation:
                 str(port),
             ],
         )
-        wait_for_port(port, link, "flower-superlink")
+        wait_for_port(port, link, "flower-superlink", self.logs / "superlink.log")
         return port
 
     def start_supernodes(self, link_port: int) -> None:
@@ -203,6 +229,7 @@ def run_deployment(settings: Settings, owners: list[Path], root: Path, print_fn=
     SuperLink listened and every SuperNode was started, "run": `flwr run` from submitting the app to the run's
     end, "stop": the processes' exit}. `watch(federation)`, if given, runs beside the run in a thread (the fault
     tests kill an owner with it)."""
+    require_flower()
     seconds, processes = {}, Federation(root, owners, Path(settings.owner_work))
     try:
         start = time.perf_counter()
