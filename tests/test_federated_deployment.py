@@ -1,9 +1,11 @@
 """The deployment runtime's refusals, before and as its processes start: a Flower too old for its commands is
 refused in one line before anything starts (a fresh install once resolved flwr 1.32, whose SuperLink refuses
-`--host/--port`), and a process that exits before listening is named with the line that says why."""
+`--host/--port`), a process that exits before listening is named with the line that says why, and a relative run
+directory reaches the processes, which run inside it, as paths they can read."""
 
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -38,3 +40,24 @@ def test_a_process_that_exits_before_listening_is_named_with_its_last_log_line(t
     message = str(refused.value)
     assert "exited with code 2 before listening: error: unrecognized arguments: --port 1" in message
     assert str(log) in message and "\n" not in message
+
+
+def test_a_relative_run_directory_gives_every_process_paths_it_can_read(monkeypatch, tmp_path):
+    """`redkit federate --runtime deployment --out runs/fed`: the processes run in RUN/deployment, so the app,
+    run config and FLWR_HOME they are given must not be relative to where the command started."""
+    monkeypatch.chdir(tmp_path)
+    calls = []
+    monkeypatch.setattr(deployment.subprocess, "run", lambda args, **kw: calls.append((args, kw)) or Done())
+    federation = deployment.Federation(Path("runs/fed/deployment"), [], Path("runs/fed/owners"))
+    federation.logs.mkdir(parents=True)
+    settings = Settings("{}", str(tmp_path / "runs/fed"), owners=1, rounds=0, owner_work=str(tmp_path / "owners"))
+    federation.submit(1234, settings, timeout=10)
+    (args, kw) = calls[0]
+    cwd = Path(kw["cwd"])
+    app, run_config = cwd / args[2], cwd / args[args.index("--run-config") + 1]
+    assert (app / "pyproject.toml").is_file() and run_config.is_file()
+    assert (cwd / kw["env"]["FLWR_HOME"] / "config.toml").is_file()
+
+
+class Done:
+    returncode = 0

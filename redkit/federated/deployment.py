@@ -120,12 +120,13 @@ class Federation:
     are its children): `stop` ends every group."""
 
     def __init__(self, root: Path, owners: list[Path], owner_work: Path):
-        self.root, self.owners, self.owner_work = root, owners, owner_work
-        self.logs = root / "logs"
+        # Absolute: every process runs in `root`, where a relative path (`--out runs/fed`) would be read twice.
+        self.root, self.owners, self.owner_work = root.resolve(), owners, owner_work.resolve()
+        self.logs = self.root / "logs"
         bin_dir = str(Path(sys.executable).parent)  # the SuperLink and SuperNodes start flower-superexec from PATH
         self.env = {
             **os.environ,
-            "FLWR_HOME": str(root / "flwr-home"),
+            "FLWR_HOME": str(self.root / "flwr-home"),
             "PATH": bin_dir + os.pathsep + os.environ.get("PATH", ""),
             "FLWR_DISABLE_UPDATE_CHECK": "1",
         }
