@@ -42,12 +42,16 @@ def test_a_process_that_exits_before_listening_is_named_with_its_last_log_line(t
     assert str(log) in message and "\n" not in message
 
 
+class Finished:  # what the stubbed subprocess.run returns: a `flwr run` that ended well
+    returncode = 0
+
+
 def test_a_relative_run_directory_gives_every_process_paths_it_can_read(monkeypatch, tmp_path):
     """`redkit federate --runtime deployment --out runs/fed`: the processes run in RUN/deployment, so the app,
     run config and FLWR_HOME they are given must not be relative to where the command started."""
     monkeypatch.chdir(tmp_path)
     calls = []
-    monkeypatch.setattr(deployment.subprocess, "run", lambda args, **kw: calls.append((args, kw)) or Done())
+    monkeypatch.setattr(subprocess, "run", lambda args, **kw: calls.append((args, kw)) or Finished())
     federation = deployment.Federation(Path("runs/fed/deployment"), [], Path("runs/fed/owners"))
     federation.logs.mkdir(parents=True)
     settings = Settings("{}", str(tmp_path / "runs/fed"), owners=1, rounds=0, owner_work=str(tmp_path / "owners"))
@@ -57,7 +61,3 @@ def test_a_relative_run_directory_gives_every_process_paths_it_can_read(monkeypa
     app, run_config = cwd / args[2], cwd / args[args.index("--run-config") + 1]
     assert (app / "pyproject.toml").is_file() and run_config.is_file()
     assert (cwd / kw["env"]["FLWR_HOME"] / "config.toml").is_file()
-
-
-class Done:
-    returncode = 0
