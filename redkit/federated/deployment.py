@@ -121,7 +121,8 @@ class Federation:
 
     def __init__(self, root: Path, owners: list[Path], owner_work: Path):
         # Absolute: every process runs in `root`, where a relative path (`--out runs/fed`) would be read twice.
-        self.root, self.owners, self.owner_work = root.resolve(), owners, owner_work.resolve()
+        self.root, self.owner_work = root.resolve(), owner_work.resolve()
+        self.owners = [data.resolve() for data in owners]
         self.logs = self.root / "logs"
         bin_dir = str(Path(sys.executable).parent)  # the SuperLink and SuperNodes start flower-superexec from PATH
         self.env = {
@@ -187,7 +188,7 @@ class Federation:
                     "--port",
                     str(free_port()),
                     "--node-config",
-                    node_config(data.resolve(), (self.owner_work / data.name).resolve()),
+                    node_config(data, self.owner_work / data.name),
                 ],
                 env=ONE_CORE_EACH | {"FLWR_HOME": str(self.root / "nodes" / data.name)},  # its own, as on its machine
             )
