@@ -39,10 +39,10 @@ def main() -> None:
         domain_of[list(step.classes)] = k
     train_y, val_y = stream.class_of["train"], stream.class_of["val"]
     labels = tuple(stream.classes)
-    red = METHODS["red"](context)
+    red = METHODS["red"](context.setting)
     within = torch.full((len(val_y), len(labels)), float("-inf"))  # (N, C) each owner's own distribution
     for t in range(len(stream.steps)):
-        share = red.share(t)
+        share = red.share(context.step_data(t))
         with torch.no_grad():
             within[:, red.columns[share.name]] = share.log_probs(context.features["val"])
     own = within.masked_fill(domain_of[None, :] != domain_of[val_y][:, None], float("-inf"))  # the true domain given
@@ -51,7 +51,7 @@ def main() -> None:
     )
     print(f"{'M':>5s} {'lambda':>7s} {'val class acc':>14s} {'val domain acc':>15s} {'val RED acc':>12s}")
     for width in WIDTHS:
-        projection = RandomProjection(ProjectionConfig(context.dim, width))
+        projection = RandomProjection(ProjectionConfig(context.setting.dim, width))
         x = projection(context.features["train"].double())
         vx = projection(context.features["val"].double())
         stats = ClassStatistics.of(x, train_y, labels)

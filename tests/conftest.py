@@ -44,6 +44,7 @@ HEAVY_FIXTURES = {
     "tiny_qwen3",
     "served",
     "world",
+    "studied",
 }
 
 

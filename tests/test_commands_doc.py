@@ -251,6 +251,10 @@ ELSEWHERE = {
         "test_incremental.py",
         '"study", "incremental"',
     ),
+    "redkit study incremental-tune --out DIR [--order 3] [--steps 3] [--method ewc ...] [--save]": (
+        "test_incremental.py",
+        '"study", "incremental-tune"',
+    ),
 }
 
 

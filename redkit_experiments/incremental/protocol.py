@@ -3,7 +3,9 @@
     domains   one step per domain (CLINC150: 10 domains of 15 intents), in an order shuffled with seed N
               (`--order N`)
     classes   Wu et al. (ICLR 2022)'s protocol: the labels grouped at random into tasks of `classes_per_task`
-              (CLINC150: 15 tasks of 10 intents), the grouping fixed (seed 0), their order shuffled with seed N
+              (CLINC150: 15 tasks of 10 intents), the grouping fixed (seed 0), their order shuffled with seed N.
+              Where the data publishes its classes' order (BANKING77's categories.json), the grouping is Zheng
+              et al. (ACL 2024)'s instead: consecutive runs of that order (7 tasks of 11 intents), unshuffled
 
 At step t only the train and val examples of step t's classes are available; after it, every method is
 scored on the test examples of steps 0..t together, with no step or domain id. A step's classes are its
@@ -20,6 +22,7 @@ import torch
 from redkit.errors import RedkitError
 from redkit.fitting.data import FitData, load_run_data
 from redkit.fitting.records import Fields
+from redkit.jsonfile import read_json
 
 PROTOCOLS = ("domains", "classes")
 
@@ -28,6 +31,9 @@ PROTOCOLS = ("domains", "classes")
 class Step:
     name: str  # the domain (domains protocol) or "task07" (classes protocol)
     classes: tuple[int, ...]  # indices into Stream.classes
+
+
+BANKING77_VAL_FRACTION = 0.1  # BANKING77 publishes no validation split: a tenth of train, carved with seed 0
 
 
 @dataclass
@@ -61,14 +67,27 @@ class Stream:
         return wanted[self.class_of[split]].nonzero(as_tuple=True)[0]
 
 
-def read_data(data_dir: Path) -> FitData:
-    """CLINC150 as its authors published it (data_full.json + domains.json), else a fit data directory."""
+def read_data(data_dir: Path) -> tuple[FitData, tuple[str, ...] | None]:
+    """(data, the published order of its classes or None): CLINC150 as its authors published it (data_full.json +
+    domains.json), BANKING77 as PolyAI published it (train.csv and test.csv of text,category, categories.json: a
+    val carved from train with a fixed seed), else a fit data directory."""
     data_dir = Path(data_dir)
-    data_format = "clinc150" if (data_dir / "data_full.json").is_file() else "files"
-    return load_run_data(data_dir, data_format, Fields(), seed=0, val_fraction=0.1)
+    if (data_dir / "data_full.json").is_file():
+        return load_run_data(data_dir, "clinc150", Fields(), seed=0, val_fraction=0.1), None
+    if (data_dir / "categories.json").is_file():
+        order = tuple(read_json(data_dir / "categories.json", "BANKING77's categories"))
+        data = load_run_data(
+            data_dir, "files", Fields(label="category", domain="category"), seed=0, val_fraction=BANKING77_VAL_FRACTION
+        )  # one domain per intent: the val is carved per intent
+        if sorted(order) != sorted(data.labels):
+            raise RedkitError(f"{data_dir / 'categories.json'}: its categories are not train.csv's")
+        return data, order
+    return load_run_data(data_dir, "files", Fields(), seed=0, val_fraction=0.1), None
 
 
-def build_stream(data: FitData, protocol: str, order: int, classes_per_task: int = 10) -> Stream:
+def build_stream(
+    data: FitData, protocol: str, order: int, classes_per_task: int = 10, class_order: tuple[str, ...] | None = None
+) -> Stream:
     if protocol not in PROTOCOLS:
         raise RedkitError(f"--protocol {protocol!r} is not one of {', '.join(PROTOCOLS)}")
     if "test" not in data.splits:
@@ -84,9 +103,12 @@ def build_stream(data: FitData, protocol: str, order: int, classes_per_task: int
         key = lambda r: r.answer  # noqa: E731
         if len(classes) < 2 * classes_per_task:
             raise RedkitError(f"--classes-per-task {classes_per_task}: {len(classes)} labels make fewer than 2 tasks")
-        shuffled = list(range(len(classes)))
-        random.Random(0).shuffle(shuffled)  # the grouping is fixed; --order shuffles the tasks' order
-        chunks = [tuple(sorted(shuffled[i : i + classes_per_task])) for i in range(0, len(shuffled), classes_per_task)]
+        if class_order is None:
+            grouped = list(range(len(classes)))
+            random.Random(0).shuffle(grouped)  # the grouping is fixed; --order shuffles the tasks' order
+        else:  # the published order, cut in runs (Zheng et al.)
+            grouped = [classes.index(name) for name in class_order]
+        chunks = [tuple(sorted(grouped[i : i + classes_per_task])) for i in range(0, len(grouped), classes_per_task)]
         groups = {f"task{i:02d}": chunk for i, chunk in enumerate(chunks)}
     index = {name: i for i, name in enumerate(classes)}
     texts, class_of = {}, {}
@@ -96,6 +118,9 @@ def build_stream(data: FitData, protocol: str, order: int, classes_per_task: int
         class_of[split] = torch.tensor([index[key(r)] for r in records])
     texts |= {split: list(found) for split, found in data.oos.items()}
     order_of = sorted(groups)
-    random.Random(order).shuffle(order_of)
+    if class_order is None or protocol == "domains":
+        random.Random(order).shuffle(order_of)
+    elif order:
+        raise RedkitError(f"--order {order}: this data's tasks come in their published order (0) only")
     steps = tuple(Step(name, groups[name]) for name in order_of)
     return Stream(texts, class_of, classes, labels, steps)

@@ -54,6 +54,7 @@ def render_report(results: dict, figure: str | None) -> str:
             m["keeps"],
             f"{m['stored_examples']:,}",
             _bytes(m["stored_bytes"]),
+            _bytes(m.get("stored_from_data_bytes", 0)),
             f"{m['seconds']:.0f}",
         ]
         for name, m in methods.items()
@@ -63,7 +64,9 @@ def render_report(results: dict, figure: str | None) -> str:
         "",
         f"{len(results['steps'])} steps, {results['classes']} classes; steps in order: {', '.join(results['steps'])}.",
         "Accuracy is over the test queries of every step seen, with no step or domain id. Kept: what the method "
-        "holds from earlier steps beside the model it predicts with (examples, features, statistics, old weights).",
+        "holds from earlier steps beside the model it predicts with (examples, features, statistics, old weights); "
+        "of which data: the examples, features and statistics among them (numbers computed directly from earlier "
+        "steps' examples), as opposed to weights trained on them.",
         "",
         markdown_table(
             [
@@ -75,6 +78,7 @@ def render_report(results: dict, figure: str | None) -> str:
                 "Keeps",
                 "Examples kept",
                 "Bytes kept",
+                "of which data",
                 "Seconds",
             ],
             rows,

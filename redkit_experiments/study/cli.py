@@ -222,7 +222,10 @@ def _incremental_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--classes-per-task", type=int, default=10, help="classes protocol: classes per step (default 10)")
     p.add_argument("--method", action="append", default=None, help="a method to run (repeatable; default every one)")
     p.add_argument(
-        "--epochs-per-step", type=int, default=3, help="every fine-tuning strategy's epochs per step (default 3)"
+        "--epochs-per-step",
+        type=int,
+        default=None,
+        help="every fine-tuning strategy's epochs per step (default: the tuned ones, hyperparameters.py)",
     )
     p.add_argument(
         "--joint-steps", default="last", help="when joint is retrained: last (default), all, or steps such as 1,5,10"
@@ -249,3 +252,44 @@ def incremental(args) -> None:
         device=args.device,
     )
     run_incremental_study(config, args.out)
+
+
+def _incremental_tune_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--data", type=Path, default=None, help="CLINC150 (default data/clinc150) or any study data")
+    p.add_argument("--protocol", choices=("domains", "classes"), default="domains")
+    p.add_argument("--order", type=int, default=3, help="the tuning stream's order: one no result reports (default 3)")
+    p.add_argument("--steps", type=int, default=3, help="its first N steps (default 3)")
+    p.add_argument("--classes-per-task", type=int, default=10)
+    p.add_argument("--method", action="append", default=None, help="a strategy to tune (repeatable; default all)")
+    p.add_argument("--lr", action="append", type=float, default=None, help="the rates to try (default 1e-4 2e-4 5e-4)")
+    p.add_argument("--epochs", type=int, default=None, help="the most epochs per step (default 10, early-stopped)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--save", action="store_true", help="also write redkit_experiments/incremental/tuned.json")
+    p.add_argument("--out", type=Path, required=True, help="the search's directory (tuned.json, cache)")
+
+
+@sub_command(STUDIES, "incremental-tune", _incremental_tune_options)
+def incremental_tune(args) -> None:
+    from redkit.data.clinc150 import DEFAULT_DIR as DEFAULT_DATA
+    from redkit_experiments.incremental.tuning import (
+        EPOCHS,
+        LRS,
+        STRATEGIES,
+        IncrementalTuningConfig,
+        run_incremental_tuning,
+    )
+
+    config = IncrementalTuningConfig(
+        data_dir=str((args.data or DEFAULT_DATA).resolve()),
+        protocol=args.protocol,
+        order=args.order,
+        steps=args.steps,
+        classes_per_task=args.classes_per_task,
+        strategies=tuple(args.method or STRATEGIES),
+        lrs=tuple(args.lr or LRS),
+        epochs=args.epochs or EPOCHS,
+        seed=args.seed,
+        device=args.device,
+    )
+    run_incremental_tuning(config, args.out, save=args.save)

@@ -18,102 +18,118 @@ from torch.nn import functional as F
 
 from redkit.modules.layers import Classifier
 from redkit.train.loop import TrainConfig, fit
+from redkit_experiments.incremental.data import Examples, StepData
 from redkit_experiments.incremental.methods.base import Kept, Method, register_method
 
 EVAL_BATCH = 256
 
 
 class FineTuned(Method):
-    def __init__(self, context):
-        super().__init__(context)
+    def __init__(self, setting):
+        super().__init__(setting)
         self.start_afresh()
-        self.seen = torch.zeros(len(context.stream.classes), dtype=torch.bool)  # (C,) classes arrived so far
+        self.seen = torch.zeros(setting.num_classes, dtype=torch.bool)  # (C,) classes arrived so far
 
     def start_afresh(self) -> None:
         """The pretrained backbone (its own copy: top N layers trainable) and the initial classifier."""
-        self.backbone = self.context.pretrained_backbone()
-        torch.manual_seed(self.context.config.seed)  # the classifier's init: the same for every strategy
-        self.classifier = Classifier(Classifier.Config(self.context.dim, len(self.context.stream.classes)))
+        self.backbone = self.setting.pretrained_backbone()
+        torch.manual_seed(self.setting.config.seed)  # the classifier's init: the same for every strategy
+        self.classifier = Classifier(Classifier.Config(self.setting.dim, self.setting.num_classes))
 
     @property
     def trainable(self) -> nn.ModuleDict:
         return nn.ModuleDict({"top": self.backbone.top_layers, "classifier": self.classifier})
 
-    def logits(self, split: str, rows: torch.Tensor, seen: torch.Tensor | None = None) -> torch.Tensor:
-        """(B,) rows of `split` -> (B, C) logits, classes outside `seen` (default: seen so far) at -inf."""
-        prefix = self.context.prefix[split]
-        h = self.backbone(*prefix.batch(rows, self.context.device))
-        logits = self.classifier(h)
-        mask = self.seen if seen is None else seen
-        return logits.masked_fill(~mask.to(logits.device), float("-inf"))
+    def logits(self, batch: Examples, seen: torch.Tensor | None = None) -> torch.Tensor:
+        """(B,) examples -> (B, C) logits, classes outside `seen` (default: seen so far) at -inf."""
+        return masked_logits(self.backbone, self.classifier, batch, self.seen if seen is None else seen)
 
     def train_config(self) -> TrainConfig:
-        return self.context.config.step_training()
+        return self.setting.config.step_training(self.name)
 
-    def step_rows(self, t: int, split: str) -> torch.Tensor:
-        return self.context.stream.rows(split, [t])
+    def training_data(self, step: StepData) -> tuple[Examples, Examples]:
+        """(train, val) of what this step trains on: the step's own."""
+        return step.train, step.val
 
-    def learn(self, t: int) -> None:
-        self.before_step(t)
-        self.seen[list(self.context.stream.steps[t].classes)] = True
-        rows, val_rows = self.step_rows(t, "train"), self.step_rows(t, "val")
-        labels = self.context.stream.class_of["train"]
+    def learn(self, step: StepData) -> None:
+        self.before_step(step)
+        self.seen[list(step.classes)] = True
+        train, val = self.training_data(step)
         config = self.train_config()
 
         def batch_loss(idx: torch.Tensor) -> torch.Tensor:
-            batch = rows[idx]
-            logits = self.logits("train", batch)
-            return self.cross_entropy(logits, labels[batch], config.label_smoothing) + self.extra_loss(batch, logits)
+            batch = train.subset(idx)
+            logits = self.logits(batch)
+            return self.cross_entropy(logits, batch.classes, config.label_smoothing) + self.extra_loss(batch, logits)
 
         fit(
             self.trainable,
             batch_loss,
-            len(rows),
-            lambda: self.validate(val_rows),
+            len(train),
+            lambda: self.validate(val),
             config,
-            seed=self.context.config.seed * 1000 + t,
-            desc=f"{self.name} step {t + 1}",
+            seed=self.setting.config.seed * 1000 + step.t,
+            desc=f"{self.name} step {step.t + 1}",
             head=self.classifier,
-            lengths=self.context.prefix["train"].lengths()[rows],
+            lengths=train.lengths(),
         )
         self.backbone.eval()
-        self.after_step(t, rows)
+        self.after_step(step)
 
     def cross_entropy(self, logits: torch.Tensor, targets: torch.Tensor, smoothing: float = 0.0) -> torch.Tensor:
         """Cross-entropy over the classes seen so far: label smoothing spreads over them, not over classes
         still to come (whose logits are -inf)."""
-        columns = self.seen.nonzero(as_tuple=True)[0].to(logits.device)
-        within = torch.full((len(self.seen),), -1, dtype=torch.long, device=logits.device)
-        within[columns] = torch.arange(len(columns), device=logits.device)
-        return F.cross_entropy(logits[:, columns], within[targets.to(logits.device)], label_smoothing=smoothing)
+        return seen_cross_entropy(logits, targets, self.seen, smoothing)
 
-    def validate(self, rows: torch.Tensor) -> dict[str, float]:
-        logits = self.scores("val", rows)
-        truth = self.context.stream.class_of["val"][rows]
+    def validate(self, val: Examples) -> dict[str, float]:
+        logits = self.scores(val)
         return {
-            "loss": float(self.cross_entropy(logits, truth)),
-            "accuracy": float((logits.argmax(dim=-1) == truth).float().mean()),
+            "loss": float(self.cross_entropy(logits, val.classes)),
+            "accuracy": float((logits.argmax(dim=-1) == val.classes).float().mean()),
         }
 
     @torch.no_grad()
-    def scores(self, split: str, rows: torch.Tensor) -> torch.Tensor:
-        order = torch.argsort(self.context.prefix[split].lengths()[rows], stable=True)  # similar lengths pad less
-        out = torch.empty(len(rows), len(self.context.stream.classes))
-        for chunk in order.split(EVAL_BATCH):
-            out[chunk] = self.logits(split, rows[chunk]).float().cpu()
-        return out
+    def scores(self, queries: Examples) -> torch.Tensor:
+        return batched_scores(self.logits, queries, self.setting.num_classes)
 
     # ---- what a strategy adds ---------------------------------------------------------------------
 
-    def before_step(self, t: int) -> None:
+    def before_step(self, step: StepData) -> None:
         pass
 
-    def extra_loss(self, rows: torch.Tensor, logits: torch.Tensor) -> torch.Tensor | float:
-        """A strategy's term beside the cross-entropy of the current batch (rows of train, their logits)."""
+    def extra_loss(self, batch: Examples, logits: torch.Tensor) -> torch.Tensor | float:
+        """A strategy's term beside the cross-entropy of the current batch (its examples and their logits)."""
         return 0.0
 
-    def after_step(self, t: int, rows: torch.Tensor) -> None:
+    def after_step(self, step: StepData) -> None:
         pass
+
+
+def masked_logits(backbone: nn.Module, classifier: nn.Module, batch: Examples, seen: torch.Tensor) -> torch.Tensor:
+    """(B,) examples -> (B, C) logits of the tuned top layers and the classifier, classes outside `seen` at -inf."""
+    device = next(classifier.parameters()).device
+    logits = classifier(backbone(*batch.batch(device)))
+    return logits.masked_fill(~seen.to(logits.device), float("-inf"))
+
+
+def seen_cross_entropy(
+    logits: torch.Tensor, targets: torch.Tensor, seen: torch.Tensor, smoothing: float = 0.0
+) -> torch.Tensor:
+    """Cross-entropy over the classes in `seen` (C,) only: label smoothing spreads over them."""
+    columns = seen.nonzero(as_tuple=True)[0].to(logits.device)
+    within = torch.full((len(seen),), -1, dtype=torch.long, device=logits.device)
+    within[columns] = torch.arange(len(columns), device=logits.device)
+    return F.cross_entropy(logits[:, columns], within[targets.to(logits.device)], label_smoothing=smoothing)
+
+
+@torch.no_grad()
+def batched_scores(logits_of, queries: Examples, num_classes: int) -> torch.Tensor:
+    """(N, C) scores of `queries`, a batch of similar lengths at a time (similar lengths pad less)."""
+    order = torch.argsort(queries.lengths(), stable=True)
+    out = torch.empty(len(queries), num_classes)
+    for chunk in order.split(EVAL_BATCH):
+        out[chunk] = logits_of(queries.subset(chunk)).float().cpu()
+    return out
 
 
 @register_method("finetune")
@@ -124,33 +140,35 @@ class SequentialFineTuning(FineTuned):
 @register_method("joint")
 class Joint(FineTuned):
     """Retrained from the pretrained backbone on every step's train so far, early-stopped on every step's val
-    so far: what no continual learner may do, the upper bound. Trained at the steps of `joint_steps` only
-    (its cost grows with the steps); at the others it gives no accuracy."""
+    so far: what no continual learner may do, the upper bound. It keeps every step's examples to do so, and is
+    trained at the steps of `joint_steps` only (its cost grows with the steps); at the others it gives no
+    accuracy."""
 
     keeps = "every example"
 
-    def learn(self, t: int) -> None:
-        self.seen[list(self.context.stream.steps[t].classes)] = True
-        self.last_step, self.trained_at = t, None
-        if t not in self.context.config.joint_steps_of(len(self.context.stream.steps)):
+    def __init__(self, setting):
+        super().__init__(setting)
+        self.stored: dict[str, list[Examples]] = {"train": [], "val": []}
+
+    def learn(self, step: StepData) -> None:
+        self.seen[list(step.classes)] = True
+        for split, kept in self.stored.items():
+            kept.append(step[split])
+        self.trained_at = None
+        if step.t not in self.setting.config.joint_steps_of(self.setting.num_steps):
             return
         self.start_afresh()
-        super().learn(t)
-        self.trained_at = t
+        super().learn(step)
+        self.trained_at = step.t
 
     def train_config(self) -> TrainConfig:
-        return self.context.config.joint_training()
+        return self.setting.config.joint_training()
 
-    def step_rows(self, t: int, split: str) -> torch.Tensor:
-        return self.context.stream.rows(split, range(t + 1))
+    def training_data(self, step: StepData) -> tuple[Examples, Examples]:
+        return Examples.concat(self.stored["train"]), Examples.concat(self.stored["val"])
 
     def kept(self) -> Kept:
-        return examples_kept(self.context.stream, self.context.stream.rows("train", range(self.last_step + 1)))
-
-
-def examples_kept(stream, rows: torch.Tensor, extra_bytes_each: int = 0) -> Kept:
-    """Stored training examples: their count, and their bytes (the text in UTF-8, an 8-byte label, and
-    `extra_bytes_each`, e.g. DER++'s stored logits)."""
-    texts = stream.texts["train"]
-    size = sum(len(texts[i].encode()) + 8 + extra_bytes_each for i in rows.tolist())
-    return Kept(examples=len(rows), example_bytes=size)
+        return Kept(
+            examples=sum(len(e) for e in self.stored["train"]),
+            example_bytes=sum(e.stored_bytes() for e in self.stored["train"]),
+        )

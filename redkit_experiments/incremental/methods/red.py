@@ -23,6 +23,7 @@ from redkit.modules.layers import Router
 from redkit.red import router_loss
 from redkit.threads import one_thread
 from redkit.train.loop import TrainConfig, fit
+from redkit_experiments.incremental.data import Examples, StepData
 from redkit_experiments.incremental.methods.base import Kept, Method, register_method, tensor_bytes
 
 
@@ -35,48 +36,41 @@ def owner_seed(seed: int, name: str) -> int:
 class ReplayFreeREDMethod(Method):
     keeps = "modules + class means + summed scatter (random features)"
 
-    def __init__(self, context):
-        super().__init__(context)
+    def __init__(self, setting):
+        super().__init__(setting)
         self.shares: dict[str, OwnerShare] = {}
         self.statistics: ClassStatistics | None = None
         self.columns: dict[str, torch.Tensor] = {}  # owner -> (C_t,) its classes' indices in the stream
 
-    def share(self, t: int) -> OwnerShare:
+    def share(self, step: StepData) -> OwnerShare:
         """Step t's owner's share, from step t's train and val features alone."""
-        stream, features = self.context.stream, self.context.features
-        step = stream.steps[t]
-        classes = torch.tensor(step.classes)
-        data = []
-        for split in ("train", "val"):
-            rows = stream.rows(split, [t])
-            data.append((features[split][rows], torch.searchsorted(classes, stream.class_of[split][rows])))
         share = train_owner_share(
             step.name,
-            tuple(stream.classes[c] for c in step.classes),
-            data[0],
-            data[1],
-            seed=owner_seed(self.context.config.seed, step.name),
-            projection=self.context.projection,
+            tuple(self.setting.class_names[c] for c in step.classes),
+            (step.train.features, step.local(step.train.classes)),
+            (step.val.features, step.local(step.val.classes)),
+            seed=owner_seed(self.setting.config.seed, step.name),
+            projection=self.setting.projection,
         )
-        self.columns[step.name] = classes
+        self.columns[step.name] = torch.tensor(step.classes)
         return share
 
-    def learn(self, t: int) -> None:
-        share = self.share(t)
+    def learn(self, step: StepData) -> None:
+        share = self.share(step)
         new, share.statistics = share.statistics, None  # merged into the one running sum, not kept apart
         self.statistics = new if self.statistics is None else merge({"earlier": self.statistics, "new": new})
         self.shares[share.name] = share
-        self.model = ReplayFreeRED(self.shares, self.context.projection, self.statistics, self.context.config.shrinkage)
+        self.model = ReplayFreeRED(self.shares, self.setting.projection, self.statistics, self.setting.config.shrinkage)
 
     @torch.no_grad()
-    def scores(self, split: str, rows: torch.Tensor) -> torch.Tensor:
-        log_p, _ = self.model(self.context.features[split][rows])
-        return self.spread(log_p)
+    def scores(self, queries: Examples) -> torch.Tensor:
+        log_p, _ = self.model(queries.features)
+        return self.spread(log_p, self.model.domains)
 
-    def spread(self, log_p: torch.Tensor) -> torch.Tensor:
-        """(N, C_seen) in the model's class order -> (N, C) in the stream's, -inf for classes not yet seen."""
-        out = log_p.new_full((len(log_p), len(self.context.stream.classes)), float("-inf"))
-        out[:, torch.cat([self.columns[name] for name in self.model.domains])] = log_p
+    def spread(self, log_p: torch.Tensor, owners: tuple[str, ...]) -> torch.Tensor:
+        """(N, C_seen) in the owners' class order -> (N, C) in the stream's, -inf for classes not yet seen."""
+        out = log_p.new_full((len(log_p), self.setting.num_classes), float("-inf"))
+        out[:, torch.cat([self.columns[name] for name in owners])] = log_p
         return out
 
     def kept(self) -> Kept:
@@ -87,24 +81,26 @@ class ReplayFreeREDMethod(Method):
 class StoredFeaturesREDMethod(ReplayFreeREDMethod):
     keeps = "every step's training features (router retrained on them)"
 
-    def learn(self, t: int) -> None:
-        share = self.share(t)
+    def __init__(self, setting):
+        super().__init__(setting)
+        self.stored = {"train": [], "val": []}  # split -> [(features (N_t, d), owner name)]: every step's
+
+    def learn(self, step: StepData) -> None:
+        share = self.share(step)
         share.statistics = None
         self.shares[share.name] = share
+        for split in self.stored:
+            self.stored[split].append((step[split].features, step.name))
         self.domains = tuple(sorted(self.shares))
-        stream, features = self.context.stream, self.context.features
-        step_of = stream.step_of_class()
-        data = []
-        for split in ("train", "val"):
-            rows = stream.rows(split, range(t + 1))  # every seen step's stored features
-            owner = torch.tensor(
-                [self.domains.index(stream.steps[s].name) for s in step_of[stream.class_of[split][rows]].tolist()]
+        (h, d), (vh, vd) = (
+            (
+                torch.cat([x for x, _ in self.stored[split]]),
+                torch.cat([torch.full((len(x),), self.domains.index(owner)) for x, owner in self.stored[split]]),
             )
-            data.append((features[split][rows], owner))
-        self.stored = len(data[0][0]) + len(data[1][0])
-        torch.manual_seed(owner_seed(self.context.config.seed, "router"))
-        router = Router(Router.Config(dim=self.context.dim, num_experts=len(self.domains)))
-        (h, d), (vh, vd) = data
+            for split in ("train", "val")
+        )
+        torch.manual_seed(owner_seed(self.setting.config.seed, "router"))
+        router = Router(Router.Config(dim=self.setting.dim, num_experts=len(self.domains)))
         with one_thread():
             fit(
                 router,
@@ -112,20 +108,19 @@ class StoredFeaturesREDMethod(ReplayFreeREDMethod):
                 len(h),
                 lambda: router_loss(router, vh, vd).item(),
                 TrainConfig(**(vars(OWNER_TRAINING))),
-                seed=self.context.config.seed + 300,
+                seed=self.setting.config.seed + 300,
                 desc="router (stored features)",
             )
         self.router = router.eval()
         self.within = [self.shares[name] for name in self.domains]
 
     @torch.no_grad()
-    def scores(self, split: str, rows: torch.Tensor) -> torch.Tensor:
-        h = self.context.features[split][rows]
+    def scores(self, queries: Examples) -> torch.Tensor:
+        h = queries.features
         log_alpha = F.log_softmax(self.router(h), dim=-1)  # (N, K)
         parts = [share.log_probs(h) + log_alpha[:, k, None] for k, share in enumerate(self.within)]
-        out = h.new_full((len(h), len(self.context.stream.classes)), float("-inf"))
-        out[:, torch.cat([self.columns[name] for name in self.domains])] = torch.cat(parts, dim=1)
-        return out
+        return self.spread(torch.cat(parts, dim=1), self.domains)
 
     def kept(self) -> Kept:
-        return Kept(features=self.stored, feature_bytes=self.stored * tensor_bytes(self.context.features["train"][0]))
+        stored = [x for split in self.stored.values() for x, _ in split]
+        return Kept(features=sum(len(x) for x in stored), feature_bytes=tensor_bytes(*stored))

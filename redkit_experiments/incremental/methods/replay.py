@@ -5,7 +5,8 @@ over the stream, so that every example seen so far is in it with the same probab
               with a batch of the same size drawn from the buffer: CE(current) + CE(buffer)
     derpp     DER++ (Buzzega et al., NeurIPS 2020): the buffer also keeps the logits the model gave each
               example when it went in; loss = CE(current) + α MSE(z(x'), z_stored) + β CE(buffer batch'')
-              on two independent buffer batches, α = 0.1, β = 0.5 (Avalanche's defaults)
+              on two independent buffer batches (α, β from the tuning stream: tuning.py; Avalanche's defaults
+              0.1, 0.5 before it)
 
 ER fills its buffer after each step from that step's examples; DER++ as the paper does, with every batch it
 trains on (and its logits then). The study registers er_200, er_1000 and derpp_1000 (the sizes of Wu et al.).
@@ -14,10 +15,9 @@ trains on (and its logits then). The study registers er_200, er_1000 and derpp_1
 import torch
 from torch.nn import functional as F
 
+from redkit_experiments.incremental.data import Examples, StepData
 from redkit_experiments.incremental.methods.base import Kept, register_method
-from redkit_experiments.incremental.methods.finetune import FineTuned, examples_kept
-
-DERPP_ALPHA, DERPP_BETA = 0.1, 0.5
+from redkit_experiments.incremental.methods.finetune import FineTuned
 
 
 class Reservoir:
@@ -25,90 +25,92 @@ class Reservoir:
 
     def __init__(self, size: int, seed: int):
         self.size, self.seen = size, 0
-        self.rows: list[int] = []  # rows of train
+        self.items: list = []  # what is kept (here: one example each, a copy)
         self.generator = torch.Generator().manual_seed(seed)
 
-    def offer(self, row: int) -> int | None:
+    def offer(self, item) -> int | None:
         """Offer one item; returns its slot in the buffer, or None where it was not kept."""
         self.seen += 1
-        if len(self.rows) < self.size:
-            self.rows.append(row)
-            return len(self.rows) - 1
+        if len(self.items) < self.size:
+            self.items.append(item)
+            return len(self.items) - 1
         slot = int(torch.randint(self.seen, (1,), generator=self.generator))
         if slot < self.size:
-            self.rows[slot] = row
+            self.items[slot] = item
             return slot
         return None
 
     def draw(self, count: int) -> torch.Tensor:
         """`count` slots at random (the global torch generator: the training epoch's seed)."""
-        return torch.randint(len(self.rows), (min(count, len(self.rows)),))
+        return torch.randint(len(self.items), (min(count, len(self.items)),))
+
+    def examples(self, slots: torch.Tensor) -> Examples:
+        return Examples.concat([self.items[s] for s in slots.tolist()])
+
+    def kept(self) -> Kept:
+        return Kept(examples=len(self.items), example_bytes=sum(e.stored_bytes() for e in self.items))
 
 
 class ExperienceReplay(FineTuned):
     buffer_size = 0
 
-    def __init__(self, context):
-        super().__init__(context)
-        self.buffer = Reservoir(self.buffer_size, context.config.seed)
+    def __init__(self, setting):
+        super().__init__(setting)
+        self.buffer = Reservoir(self.buffer_size, setting.config.seed)
 
     @property
     def keeps(self) -> str:
         return f"{self.buffer_size:,} examples"
 
-    def extra_loss(self, rows: torch.Tensor, logits: torch.Tensor) -> torch.Tensor | float:
-        if not self.buffer.rows:
+    def extra_loss(self, batch: Examples, logits: torch.Tensor) -> torch.Tensor | float:
+        if not self.buffer.items:
             return 0.0
-        replayed = torch.tensor(self.buffer.rows)[self.buffer.draw(len(rows))]
-        return self.cross_entropy(self.logits("train", replayed), self.context.stream.class_of["train"][replayed])
+        replayed = self.buffer.examples(self.buffer.draw(len(batch)))
+        return self.cross_entropy(self.logits(replayed), replayed.classes)
 
-    def after_step(self, t: int, rows: torch.Tensor) -> None:
-        order = torch.randperm(len(rows), generator=torch.Generator().manual_seed(self.context.config.seed + t))
-        for row in rows[order].tolist():
-            self.buffer.offer(row)
+    def after_step(self, step: StepData) -> None:
+        seed = self.setting.config.seed + step.t
+        order = torch.randperm(len(step.train), generator=torch.Generator().manual_seed(seed))
+        for n in order.tolist():
+            self.buffer.offer(step.train.subset([n]))
 
     def kept(self) -> Kept:
-        return examples_kept(self.context.stream, torch.tensor(self.buffer.rows, dtype=torch.long))
+        return self.buffer.kept()
 
 
 class DERPlusPlus(FineTuned):
     buffer_size = 0
 
-    def __init__(self, context):
-        super().__init__(context)
-        self.buffer = Reservoir(self.buffer_size, context.config.seed)
-        self.stored = torch.zeros(self.buffer_size, len(context.stream.classes))  # logits when stored
-        self.stored_seen = torch.zeros(self.buffer_size, len(context.stream.classes), dtype=torch.bool)
+    def __init__(self, setting):
+        super().__init__(setting)
+        self.buffer = Reservoir(self.buffer_size, setting.config.seed)
+        self.stored = torch.zeros(self.buffer_size, setting.num_classes)  # logits when stored
+        self.stored_seen = torch.zeros(self.buffer_size, setting.num_classes, dtype=torch.bool)
 
     @property
     def keeps(self) -> str:
         return f"{self.buffer_size:,} examples + their logits"
 
-    def extra_loss(self, rows: torch.Tensor, logits: torch.Tensor) -> torch.Tensor | float:
+    def extra_loss(self, batch: Examples, logits: torch.Tensor) -> torch.Tensor | float:
         loss = 0.0
-        if self.buffer.rows:
-            slots = self.buffer.draw(len(rows))
-            replayed = torch.tensor(self.buffer.rows)[slots]
+        alpha, beta = (self.setting.config.hyper("derpp", key, self.name) for key in ("alpha", "beta"))
+        if self.buffer.items:
+            slots = self.buffer.draw(len(batch))
             seen = self.stored_seen[slots]  # (B, C): the classes whose logits were stored
-            now = self.logits("train", replayed, seen=self.seen)
-            loss = DERPP_ALPHA * F.mse_loss(now[seen], self.stored[slots][seen])
-            slots = self.buffer.draw(len(rows))
-            replayed = torch.tensor(self.buffer.rows)[slots]
-            loss = loss + DERPP_BETA * self.cross_entropy(
-                self.logits("train", replayed), self.context.stream.class_of["train"][replayed]
-            )
-        for row, z in zip(rows.tolist(), logits.detach()):  # this batch goes in, with its logits now
-            slot = self.buffer.offer(row)
+            now = self.logits(self.buffer.examples(slots), seen=self.seen)
+            loss = alpha * F.mse_loss(now[seen], self.stored[slots][seen])
+            replayed = self.buffer.examples(self.buffer.draw(len(batch)))
+            loss = loss + beta * self.cross_entropy(self.logits(replayed), replayed.classes)
+        for n, z in enumerate(logits.detach()):  # this batch goes in, with its logits now
+            slot = self.buffer.offer(batch.subset([n]))
             if slot is not None:
                 self.stored[slot] = z.masked_fill(~self.seen, 0.0)
                 self.stored_seen[slot] = self.seen
         return loss
 
     def kept(self) -> Kept:
-        count = len(self.buffer.rows)
-        logits = int(self.stored_seen[:count].sum()) * self.stored.element_size()
-        kept = examples_kept(self.context.stream, torch.tensor(self.buffer.rows, dtype=torch.long))
-        kept.example_bytes += logits
+        kept = self.buffer.kept()
+        kept.example_bytes += int(self.stored_seen[: len(self.buffer.items)].sum()) * self.stored.element_size()
         return kept
 
 
