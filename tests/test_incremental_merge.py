@@ -1,19 +1,14 @@
 """scripts/incremental_merge.py: two study directories of one stream joined, and everything else refused."""
 
-import importlib.util
 import json
 from pathlib import Path
 
 import pytest
-
-SCRIPT = Path(__file__).resolve().parent.parent / "scripts" / "incremental_merge.py"
+from conftest import load_script
 
 
 def _script():
-    spec = importlib.util.spec_from_file_location("incremental_merge", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("incremental_merge")
 
 
 def _study(path: Path, methods: dict[str, float], hyper: dict, seed: int = 0, source: str = "abc") -> Path:

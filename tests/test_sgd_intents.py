@@ -1,18 +1,13 @@
 """scripts/sgd_intents.py: the Schema-Guided Dialogue dataset as a fit data directory, on dialogues
 written in SGD's layout (the real dataset is read from a checkout, never shipped)."""
 
-import importlib.util
 import json
-from pathlib import Path
 
-SCRIPT = Path(__file__).resolve().parent.parent / "scripts" / "sgd_intents.py"
+from conftest import load_script
 
 
 def _script():
-    spec = importlib.util.spec_from_file_location("sgd_intents", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("sgd_intents")
 
 
 def _turn(speaker: str, text: str, frames: list[tuple[str, str | None, list[str]]]) -> dict:
