@@ -134,6 +134,8 @@ def test_streams_of_both_protocols(clinc_dir):
     assert all(len(s.classes) == 3 for s in domains.steps)
     other = build_stream(data, "domains", order=1)
     assert {s.name: s.classes for s in other.steps} == {s.name: s.classes for s in domains.steps}
+    # the same data in another order is another stream; read again (from anywhere), the same one
+    assert other.fingerprint() != domains.fingerprint() == build_stream(data, "domains", order=0).fingerprint()
     classes = build_stream(data, "classes", order=0, classes_per_task=3)
     assert sorted(c for s in classes.steps for c in s.classes) == list(range(9))
     assert {s.classes for s in classes.steps} == {s.classes for s in build_stream(data, "classes", 5, 3).steps}

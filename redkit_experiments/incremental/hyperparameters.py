@@ -13,6 +13,15 @@ from pathlib import Path
 
 TUNED = Path(__file__).with_name("tuned.json")
 
+# The methods that read these hyperparameters (IncrementalConfig.step_training and .hyper): every other method
+# gives the same figures whatever they are. A trailing "_" is a family (er_200, er_1000, derpp_1000).
+STRATEGIES = ("finetune", "ewc", "lwf", "er_", "derpp_")
+
+
+def reads_hyperparameters(name: str) -> bool:
+    return any(name == s or (s.endswith("_") and name.startswith(s)) for s in STRATEGIES)
+
+
 DEFAULTS: dict[str, dict[str, float]] = {
     # the fit recipe's rate; 3 epochs, the last kept (no early stopping: `patience` 0)
     "step": {"lr": 2e-4, "epochs": 3, "patience": 0},

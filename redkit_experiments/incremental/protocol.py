@@ -13,6 +13,8 @@ own: a label that two domains share (SGD's FindMovies) is one class per (domain,
 protocol, scored as its label.
 """
 
+import hashlib
+import json
 import random
 from dataclasses import dataclass
 from pathlib import Path
@@ -45,6 +47,17 @@ class Stream:
     classes: tuple[str, ...]  # class c's name: its label (classes protocol) or "domain/label" (domains protocol)
     labels: tuple[str, ...]  # class c's label (what an answer is scored as)
     steps: tuple[Step, ...]  # in arrival order
+
+    def fingerprint(self) -> str:
+        """sha256 of every split's texts and classes and of the steps, in order: two studies with equal
+        fingerprints saw the same stream, wherever their data directory was."""
+        digest = hashlib.sha256()
+        for split in sorted(self.texts):
+            digest.update(json.dumps([split, self.texts[split]]).encode())
+            if split in self.class_of:
+                digest.update(json.dumps(self.class_of[split].tolist()).encode())
+        digest.update(json.dumps([self.classes, self.labels, [list(s.classes) for s in self.steps]]).encode())
+        return digest.hexdigest()
 
     def label_of_class(self) -> torch.Tensor:
         """(C,) each class's label, as an index into the sorted labels: two classes of one label (a label two

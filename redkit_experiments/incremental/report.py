@@ -11,6 +11,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 from redkit.atomic import write_text  # noqa: E402
 from redkit.report import markdown_table, run_footer, save_figure  # noqa: E402
+from redkit_experiments.incremental.hyperparameters import reads_hyperparameters  # noqa: E402
 
 
 def _f(x) -> str:
@@ -25,14 +26,20 @@ def _bytes(n: int) -> str:
 
 
 def figure_steps(out: Path, results: dict) -> str:
-    fig, ax = plt.subplots(figsize=(7.5, 4.5))
-    steps = len(results["steps"])
-    for name, result in results["methods"].items():
+    """Accuracy after each step, one line per method: up to 20 methods told apart (tab20, the dark shades first),
+    the fine-tuning strategies dashed, RED thick and black, `joint` a star where it was retrained."""
+    fig, ax = plt.subplots(figsize=(8, 5))
+    steps, colours = len(results["steps"]), plt.get_cmap("tab20").colors
+    for i, (name, result) in enumerate(results["methods"].items()):
         points = [(r["step"], r["seen_accuracy"]) for r in result["per_step"] if "seen_accuracy" in r]
-        style = {"linewidth": 2.6, "color": "black"} if name == "red" else {"linewidth": 1.3}
+        style = {"color": colours[(2 * i) % 20 + (2 * i) // 20], "linewidth": 1.3, "marker": "o", "markersize": 3}
+        if reads_hyperparameters(name):
+            style |= {"linestyle": "--"}
+        if name == "red":
+            style |= {"color": "black", "linewidth": 2.6}
         if len(points) < steps:  # joint, retrained at some steps only: points, not a line
             style |= {"linestyle": "none", "marker": "*", "markersize": 11}
-        ax.plot(*zip(*points), **({"marker": "o", "markersize": 3.5} | style), label=name)
+        ax.plot(*zip(*points), **style, label=name)
     ax.set_xticks(range(1, steps + 1))
     ax.set_xlabel(f"step ({results['protocol']} protocol, order {results['order']})")
     ax.set_ylabel("test accuracy over every class seen")
@@ -44,6 +51,8 @@ def figure_steps(out: Path, results: dict) -> str:
 
 def render_report(results: dict, figure: str | None) -> str:
     methods = results["methods"]
+    devices = results.get("devices", {})  # a merged study's (scripts/incremental_merge.py): where each method ran
+    on_several = len(set(devices.values())) > 1
     rows = [
         [
             f"**{name}**" if name == "red" else name,
@@ -57,6 +66,7 @@ def render_report(results: dict, figure: str | None) -> str:
             _bytes(m.get("stored_from_data_bytes", 0)),
             f"{m['seconds']:.0f}",
         ]
+        + ([devices.get(name, "cpu")] if on_several else [])
         for name, m in methods.items()
     ]
     out = [
@@ -80,7 +90,8 @@ def render_report(results: dict, figure: str | None) -> str:
                 "Bytes kept",
                 "of which data",
                 "Seconds",
-            ],
+            ]
+            + (["Device"] if on_several else []),
             rows,
         ),
         "",

@@ -12,7 +12,6 @@ maximum softmax probability, the threshold chosen on every step's val with oos_v
 data for every method).
 """
 
-import hashlib
 import json
 import time
 from dataclasses import asdict, dataclass, field
@@ -23,8 +22,6 @@ import torch
 from torch.nn import functional as F
 from tqdm.auto import tqdm
 
-import redkit
-import redkit_experiments.incremental
 from redkit.atomic import write_json
 from redkit.backbone import Backbone, BackboneConfig
 from redkit.device import resolve_device
@@ -42,6 +39,7 @@ from redkit_experiments.incremental.hyperparameters import tuned_hyperparameters
 from redkit_experiments.incremental.methods import METHODS, Setting
 from redkit_experiments.incremental.metrics import continual_metrics
 from redkit_experiments.incremental.protocol import build_stream, read_data
+from redkit_experiments.incremental.source import method_source
 
 
 @dataclass
@@ -263,7 +261,7 @@ def run_incremental_study(config: IncrementalConfig, out: Path, print_fn=print) 
     settings = json_ready(asdict(config) | {"methods": None})  # which methods run may change between invocations
     if saved.is_file() and read_json(saved, "a study config") | {"methods": None} != settings:
         raise RedkitError(f"{out} holds a study with other settings; use another --out or delete it")
-    code = {"commit": git_commit(), "source": source_fingerprint()}
+    commit = git_commit()
     start = time.perf_counter()
     context = StudyContext(config, out)
     write_json(saved, json_ready(asdict(config)))
@@ -271,6 +269,7 @@ def run_incremental_study(config: IncrementalConfig, out: Path, print_fn=print) 
     methods = {}
     for name in names:
         path = out / "methods" / f"{name}.json"
+        code = {"commit": commit, "source": method_source(METHODS[name].__module__)}  # source.py
         if path.is_file():
             methods[name] = finished(path, code, settings)
             continue
@@ -282,6 +281,7 @@ def run_incremental_study(config: IncrementalConfig, out: Path, print_fn=print) 
         "order": config.order,
         "steps": [step.name for step in context.stream.steps],
         "classes": len(context.stream.classes),
+        "stream": context.stream.fingerprint(),  # the data, wherever it was read from (merges compare it)
         "config": json_ready(asdict(config)),
         "prepare_seconds": prepared,
         "methods": methods,
@@ -292,16 +292,6 @@ def run_incremental_study(config: IncrementalConfig, out: Path, print_fn=print) 
 
     print_fn(write_report(out, results))
     return results
-
-
-def source_fingerprint() -> str:
-    """sha256 of the code a method's figures depend on: every source file of redkit and of this study."""
-    digest = hashlib.sha256()
-    for package in (redkit, redkit_experiments.incremental):
-        root = Path(package.__file__).parent
-        for path in sorted(root.rglob("*.py")):
-            digest.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes() + b"\0")
-    return digest.hexdigest()
 
 
 def finished(path: Path, code: dict, settings: dict) -> dict:

@@ -44,9 +44,9 @@ class FirstSession:
         return adapted_features(self.backbone, [self.adapter], examples)[:, 0]
 
 
-@register_method("aper")
-class APER(PrototypeClassifier):
-    keeps = "class means (pretrained + adapted features)"
+class AdaptedOnTheFirstStep:
+    """What APER and RanPAC's phase 1 share: a FirstSession adapter, trained when the first step arrives, before the
+    method learns that step (and every later one) in `embed`'s features through it. Put before the method's class."""
 
     def __init__(self, setting):
         super().__init__(setting)
@@ -55,28 +55,22 @@ class APER(PrototypeClassifier):
     def learn(self, step: StepData) -> None:
         self.first.adapt(step)
         super().learn(step)
+
+    def details(self) -> dict:
+        return super().details() | {"adapter": self.first.training}
+
+
+@register_method("aper")
+class APER(AdaptedOnTheFirstStep, PrototypeClassifier):
+    keeps = "class means (pretrained + adapted features)"
 
     def embed(self, examples: Examples) -> torch.Tensor:
         return torch.cat([examples.features.float(), self.first(examples)], dim=1)
 
-    def details(self) -> dict:
-        return {"adapter": self.first.training}
-
 
 @register_method("ranpac_fsa")
-class RanPACFirstSession(RanPAC):
+class RanPACFirstSession(AdaptedOnTheFirstStep, RanPAC):
     keeps = RanPAC.keeps + " (adapted features)"
-
-    def __init__(self, setting):
-        super().__init__(setting)
-        self.first = FirstSession(setting)
-
-    def learn(self, step: StepData) -> None:
-        self.first.adapt(step)
-        super().learn(step)
 
     def embed(self, examples: Examples) -> torch.Tensor:
         return self.first(examples)
-
-    def details(self) -> dict:
-        return super().details() | {"adapter": self.first.training}

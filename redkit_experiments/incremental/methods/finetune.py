@@ -6,10 +6,10 @@ rows for classes not yet seen are masked out (class-incremental: one head, no ta
     joint      the upper bound: retrained from the pretrained backbone on every step's data so far, with the
                fine-tuning recipe's own epochs and early stopping (where the study's budget allows)
 
-Every strategy trains each step with the same recipe and budget (StudyConfig: the fit recipe's optimiser,
-schedule and batch, `epochs_per_step` epochs, the last kept: continual-learning protocols train a fixed number
-of epochs per task and have no held-out data of earlier tasks to stop on). The strategies that add a loss
-(ewc.py, lwf.py, replay.py) override `extra_loss`, `before_step` and `after_step`.
+Every strategy trains each step with the fit recipe's optimiser, schedule and batch, at its own learning rate, for
+at most its own epochs, early-stopped on that step's val accuracy (the only val a continual learner has):
+IncrementalConfig.step_training, with what the tuning stream chose (hyperparameters.py, tuned.json). The
+strategies that add a loss (ewc.py, lwf.py, replay.py) override `extra_loss`, `before_step` and `after_step`.
 """
 
 import torch
@@ -34,7 +34,9 @@ class FineTuned(Method):
         """The pretrained backbone (its own copy: top N layers trainable) and the initial classifier."""
         self.backbone = self.setting.pretrained_backbone()
         torch.manual_seed(self.setting.config.seed)  # the classifier's init: the same for every strategy
-        self.classifier = Classifier(Classifier.Config(self.setting.dim, self.setting.num_classes))
+        self.classifier = Classifier(Classifier.Config(self.setting.dim, self.setting.num_classes)).to(
+            self.setting.device
+        )
 
     @property
     def trainable(self) -> nn.ModuleDict:

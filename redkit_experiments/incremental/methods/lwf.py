@@ -42,8 +42,8 @@ class LwF(FineTuned):
         alpha, temperature = (self.setting.config.hyper("lwf", key, self.name) for key in ("alpha", "temperature"))
         with torch.no_grad():
             old = masked_logits(self.teacher["backbone"], self.teacher["classifier"], batch, self.old)
-            old = old[:, self.old] / temperature
-        new = logits[:, self.old] / temperature
+            old = old[:, self.old.to(old.device)] / temperature
+        new = logits[:, self.old.to(logits.device)] / temperature
         kl = F.kl_div(F.log_softmax(new, dim=-1), F.log_softmax(old, dim=-1), log_target=True, reduction="batchmean")
         return alpha * temperature**2 * kl
 

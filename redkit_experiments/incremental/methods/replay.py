@@ -98,10 +98,10 @@ class DERPlusPlus(FineTuned):
             slots = self.buffer.draw(len(batch))
             seen = self.stored_seen[slots]  # (B, C): the classes whose logits were stored
             now = self.logits(self.buffer.examples(slots), seen=self.seen)
-            loss = alpha * F.mse_loss(now[seen], self.stored[slots][seen])
+            loss = alpha * F.mse_loss(now[seen.to(now.device)], self.stored[slots][seen].to(now.device))
             replayed = self.buffer.examples(self.buffer.draw(len(batch)))
             loss = loss + beta * self.cross_entropy(self.logits(replayed), replayed.classes)
-        for n, z in enumerate(logits.detach()):  # this batch goes in, with its logits now
+        for n, z in enumerate(logits.detach().cpu()):  # this batch goes in, with its logits now (kept on the CPU)
             slot = self.buffer.offer(batch.subset([n]))
             if slot is not None:
                 self.stored[slot] = z.masked_fill(~self.seen, 0.0)
