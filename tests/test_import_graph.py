@@ -19,6 +19,7 @@ import redkit
 
 ROOT = Path(redkit.__file__).resolve().parent.parent
 PACKAGES = ("redkit", "redkit_experiments")
+CONTAINERS = {"set", "frozenset", "tuple", "list", "dict"}  # builtins that hold names and load nothing
 
 
 def module_name(path: Path) -> str:
@@ -48,6 +49,8 @@ def named_modules(node: ast.Call | ast.Assign, known: dict[str, Path]) -> set[st
         if not any(isinstance(t, ast.Name) and "PLUGIN" in t.id.upper() for t in node.targets):
             return set()
         values = [node.value]
+    elif isinstance(node.func, ast.Name) and node.func.id in CONTAINERS:
+        return set()  # a set or tuple of names imports nothing (source.py's modules it does *not* read, say)
     else:
         values = [*node.args, *(k.value for k in node.keywords)]
     found = set()
