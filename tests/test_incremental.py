@@ -17,6 +17,7 @@ from redkit.incremental.gaussian import discriminant
 from redkit.incremental.model import ReplayFreeRED
 from redkit.incremental.owner import train_owner_share
 from redkit.incremental.projection import ProjectionConfig, RandomProjection
+from redkit.incremental.ridge import ridge_weights
 from redkit.incremental.statistics import ClassStatistics, merge
 from redkit_experiments.incremental.methods import METHODS
 from redkit_experiments.incremental.methods.klda import KLDA
@@ -102,6 +103,19 @@ def test_the_discriminant_scores_are_gaussian_log_likelihoods_up_to_one_shared_t
     ) + torch.log(stats.counts / stats.counts.sum())
     scores = x @ weight.T + bias
     assert torch.allclose(scores[:, 0] - scores[:, 1], exact[:, 0] - exact[:, 1], atol=1e-8)
+
+
+def test_the_ridge_from_statistics_is_ranpacs_ridge_from_the_features():
+    """W = (ΦᵀΦ + λI)⁻¹ ΦᵀY from every owner's features pooled, against ridge.py's from their merged statistics."""
+    owners = _owners()
+    stats = merge({name: ClassStatistics.of(h, y, labels) for name, (h, y, labels) in owners.items()})
+    h = torch.cat([owners[name][0] for name in sorted(owners)])  # merge lays owners out by name
+    classes = torch.cat([owners[name][1] + 2 * k for k, name in enumerate(sorted(owners))])
+    targets = torch.nn.functional.one_hot(classes, 6).double()
+    gram = h.T @ h
+    ridge = 0.3 * torch.trace(gram) / 8
+    direct = torch.linalg.solve(gram + ridge * torch.eye(8, dtype=torch.float64), h.T @ targets).T  # (C, d)
+    assert torch.allclose(ridge_weights(stats, relative=0.3), direct, rtol=1e-7, atol=1e-9)
 
 
 def test_replay_free_red_is_the_same_model_whatever_order_the_owners_came_in():
@@ -194,7 +208,7 @@ def test_the_study_writes_every_method_with_what_it_keeps(studied):
 
 
 # klda and ranpac are not: KLDA's σ is chosen on the first step's val, RanPAC's λ on the last step's train
-ORDER_FREE = ("red", "simplecil", "gaussian")
+ORDER_FREE = ("red", "red_tuned", "simplecil", "gaussian")
 
 
 def test_order_free_methods_give_the_same_scores_whatever_the_order(clinc_dir, studied, tmp_path):

@@ -1,0 +1,168 @@
+"""RED whose owners tune the backbone's top layers (replay-free): each owner's expert is its own copy of the
+pretrained backbone's top layers (the study's `trainable_layers`, 2) and a classifier over its own classes,
+trained on its data alone with `redkit fit`'s recipe (joint's: the same rate, epochs and early stopping, on the
+owner's own val accuracy); the router is RanPAC's ridge regression, computed from the owners' summed class
+statistics of random features of the frozen pooled features (redkit/incremental/ridge.py); each query goes to
+the one owner the ridge points at, and that owner's expert alone answers it.
+
+    φ(h)      = ReLU(h P)            P (d, M) from the study's seed, M = 4,096: what the statistics are of
+    route(x)  = owner of argmax_c φ(h) W_c      W (C, M) from every owner's counts, means and scatter of φ(h)
+    p(y|x)    = softmax_{y' in k} classifier_k(top_k(prefix(x)))_y   for the routed owner k, 0 outside k
+
+Kept from earlier steps: their modules (the model that answers) and the statistics (one running sum). Each
+owner is seeded by its name, starts from the pretrained top layers, and the statistics sum exactly, so the
+final model is the same whatever the order the owners came in.
+
+Why not red's pieces (redkit/incremental: a residual expert on the frozen features, the Gaussian router):
+scripts/incremental_red_ablation.py measures each piece with the other held fixed (docs/results/incremental.md).
+"""
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from redkit.incremental.projection import ProjectionConfig, RandomProjection
+from redkit.incremental.ridge import RIDGE, ridge_weights
+from redkit.incremental.statistics import ClassStatistics, merge
+from redkit.modules.layers import Classifier
+from redkit.train.loop import fit
+from redkit_experiments.incremental.data import Examples, StepData
+from redkit_experiments.incremental.methods.base import Kept, Method, register_method, tensor_bytes
+from redkit_experiments.incremental.methods.finetune import batched_scores
+from redkit_experiments.incremental.methods.red import owner_seed
+
+WIDTH = 4096  # M, chosen on CLINC150's val against 2,048 (scripts/incremental_red_ablation.py)
+BATCH = 2048  # queries routed at once (an (N, M) float64 block)
+
+
+@dataclass
+class TunedExpert:
+    """One owner's expert: its tuned top layers and its classifier over its own classes (stream indices)."""
+
+    top: dict[str, torch.Tensor]  # Backbone.top_state_dict() after the owner's training
+    classifier: Classifier  # (C_k rows)
+    classes: torch.Tensor  # (C_k,) the owner's classes, indices into the stream's
+    epochs: int
+    val_accuracy: float  # the best epoch's, on the owner's own val
+
+
+@register_method("red_tuned")
+class TunedREDMethod(Method):
+    keeps = "modules + class means + summed scatter (random features)"
+
+    def __init__(self, setting):
+        super().__init__(setting)
+        self.backbone = setting.pretrained_backbone()  # one working copy: each owner's top layers swapped in
+        self.pretrained_top = {k: v.detach().clone() for k, v in self.backbone.top_state_dict().items()}
+        self.projection = RandomProjection(ProjectionConfig(setting.dim, WIDTH, seed=setting.config.seed))
+        self.experts: dict[str, TunedExpert] = {}
+        self.statistics: ClassStatistics | None = None
+
+    # ---- an owner, on its own data ----------------------------------------------------------------
+
+    def train_expert(self, step: StepData) -> TunedExpert:
+        """The owner's top layers and classifier, from the pretrained ones, on step t's train and val alone."""
+        seed = owner_seed(self.setting.config.seed, step.name)
+        device = self.setting.device
+        self.backbone.load_top_state_dict(self.pretrained_top)
+        torch.manual_seed(seed)
+        classifier = Classifier(Classifier.Config(self.setting.dim, len(step.classes))).to(device)
+        train, val = step.train, step.val
+        targets, val_targets = step.local(train.classes), step.local(val.classes)  # (N,) within the owner's
+        config = self.setting.config.joint_training()
+
+        def logits(batch: Examples) -> torch.Tensor:
+            return classifier(self.backbone(*batch.batch(device)))
+
+        def batch_loss(idx: torch.Tensor) -> torch.Tensor:
+            return F.cross_entropy(
+                logits(train.subset(idx)), targets[idx].to(device), label_smoothing=config.label_smoothing
+            )
+
+        def validate() -> dict[str, float]:
+            scores = batched_scores(logits, val, len(step.classes))
+            return {
+                "loss": float(F.cross_entropy(scores, val_targets)),
+                "accuracy": float((scores.argmax(-1) == val_targets).float().mean()),
+            }
+
+        result = fit(
+            nn.ModuleDict({"top": self.backbone.top_layers, "classifier": classifier}),
+            batch_loss,
+            len(train),
+            validate,
+            config,
+            seed=seed,
+            desc=f"owner {step.name}",
+            head=classifier,
+            lengths=train.lengths(),
+        )
+        self.backbone.eval()
+        classifier.eval()
+        top = {k: v.detach().clone() for k, v in self.backbone.top_state_dict().items()}
+        return TunedExpert(top, classifier, torch.tensor(step.classes), result.best_epoch, result.best_val_accuracy)
+
+    def owner_statistics(self, step: StepData) -> ClassStatistics:
+        labels = tuple(self.setting.class_names[c] for c in step.classes)
+        return ClassStatistics.of(self.projection(step.train.features.double()), step.local(step.train.classes), labels)
+
+    def learn(self, step: StepData) -> None:
+        self.experts[step.name] = self.train_expert(step)
+        new = self.owner_statistics(step)
+        self.statistics = new if self.statistics is None else merge({"earlier": self.statistics, "new": new})
+        # the ridge over every class so far, owners (and their classes) in the order of their names
+        self.owners = tuple(sorted(self.experts))
+        order = tuple(self.setting.class_names[c] for name in self.owners for c in self.experts[name].classes)
+        self.router_weight = ridge_weights(self.statistics.in_order(order))  # (C_seen, M)
+        self.class_owner = torch.tensor(
+            [k for k, name in enumerate(self.owners) for _ in self.experts[name].classes]
+        )  # (C_seen,)
+
+    # ---- the server's model: route, then one owner's expert -----------------------------------------
+
+    @torch.no_grad()
+    def route(self, features: torch.Tensor) -> torch.Tensor:
+        """(N, d) pooled frozen features -> (N,) the index into `self.owners` of the owner each query goes to."""
+        best = torch.cat(
+            [(self.projection(h.double()) @ self.router_weight.T).argmax(-1) for h in features.split(BATCH)]
+        )
+        return self.class_owner[best]
+
+    @torch.no_grad()
+    def expert_log_probs(self, name: str, queries: Examples) -> torch.Tensor:
+        """(N, C_k) log p over owner `name`'s classes, by its expert."""
+        expert = self.experts[name]
+        self.backbone.load_top_state_dict(expert.top)
+        self.backbone.eval()
+
+        def logits(batch: Examples) -> torch.Tensor:
+            return expert.classifier(self.backbone(*batch.batch(self.setting.device)))
+
+        return F.log_softmax(batched_scores(logits, queries, len(expert.classes)), dim=-1)
+
+    @torch.no_grad()
+    def scores(self, queries: Examples) -> torch.Tensor:
+        """(N, C): the routed owner's log-probabilities over its classes, -inf elsewhere."""
+        routed = self.route(queries.features)
+        out = torch.full((len(queries), self.setting.num_classes), float("-inf"))
+        for k, name in enumerate(self.owners):
+            rows = (routed == k).nonzero(as_tuple=True)[0]
+            if len(rows):
+                out[rows[:, None], self.experts[name].classes] = self.expert_log_probs(name, queries.subset(rows))
+        return out
+
+    def kept(self) -> Kept:
+        return Kept(statistics_bytes=self.statistics.nbytes() if self.statistics is not None else 0)
+
+    def details(self) -> dict:
+        experts = self.experts.values()
+        return {
+            "width": WIDTH,
+            "ridge": RIDGE,
+            "module_bytes": sum(tensor_bytes(*e.top.values(), *e.classifier.state_dict().values()) for e in experts),
+            "owners": {
+                name: {"epochs": e.epochs, "val_accuracy": e.val_accuracy} for name, e in sorted(self.experts.items())
+            },
+        }

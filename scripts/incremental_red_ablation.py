@@ -1,0 +1,221 @@
+"""Replay-free RED piece by piece: each router alone, each kind of expert alone with the true domain, and every
+pairing, on val (where the choices are made) and test, after the last step of a study's stream.
+
+    python scripts/incremental_red_ablation.py runs/rf-d0-s0 --out runs/red-ablation-d0s0.json
+
+Reads the study directory's settings and cache (nothing encoded again), trains `red` and `red_tuned` through
+every step as the study does (redkit_experiments/incremental/methods), then scores every val and test query of
+the stream with each owner's expert, so that any routing can be paired with any expert:
+
+    routers   red's Gaussian (soft: RED as it is; hard: one owner), the ridge over random features at
+              M in (2,048, 4,096, 10,000) and ρ in (1e-3, 1e-2, 1e-1) (redkit/incremental/ridge.py), the true domain
+    experts   red's residual expert on the frozen features, red_tuned's tuned top layers
+    evidence  a second look: between the ridge's two best owners, the one whose ridge score plus β times its
+              expert's confidence (max log-probability) is higher; β chosen on val
+
+Evaluation only: it reads the test classes to score, as the study does, and chooses on val.
+"""
+
+import argparse
+import json
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from redkit.atomic import write_json
+from redkit.incremental.projection import ProjectionConfig, RandomProjection
+from redkit.incremental.ridge import ridge_weights
+from redkit.incremental.statistics import ClassStatistics, merge
+from redkit.oos.threshold import choose_threshold, oos_metrics, rates
+from redkit.provenance import provenance
+from redkit_experiments.incremental.methods import METHODS
+from redkit_experiments.incremental.methods.finetune import batched_scores
+from redkit_experiments.incremental.study import IncrementalConfig, StudyContext
+
+WIDTHS = (2048, 4096, 10_000)  # 10,000: RanPAC's
+RIDGES = (1e-3, 1e-2, 1e-1)
+BETAS = (0.0, 0.05, 0.1, 0.2, 0.5, 1.0)
+SHRINKAGE = 0.2  # an owner's own covariance of its adapted features, shrunk as the Gaussian router's (gaussian.py)
+GIVE_UP = 0.01  # the issue's operating point: at most 1 point of val in-scope accuracy given up to reject
+
+
+def router_statistics(context: StudyContext, width: int, order: tuple[int, ...]):
+    """The projection φ of width M and every owner's statistics of φ(h), merged, classes in `order` (stream
+    indices): what the ridge is solved from."""
+    setting, stream = context.setting, context.stream
+    projection = RandomProjection(ProjectionConfig(setting.dim, width, seed=context.config.seed))
+    total = None  # one running sum, as an (M, M) scatter per owner does not fit many times over at M = 10,000
+    for t in range(len(stream.steps)):
+        step = context.step_data(t)
+        labels = tuple(setting.class_names[c] for c in step.classes)
+        new = ClassStatistics.of(projection(step.train.features.double()), step.local(step.train.classes), labels)
+        total = new if total is None else merge({"earlier": total, "new": new})
+    return projection, total.in_order(tuple(setting.class_names[c] for c in order))
+
+
+@torch.no_grad()
+def adapted_features(tuned, name: str, examples) -> torch.Tensor:
+    """(N, d) pooled features of `examples` through owner `name`'s tuned top layers."""
+    tuned.backbone.load_top_state_dict(tuned.experts[name].top)
+    tuned.backbone.eval()
+    return batched_scores(lambda b: tuned.backbone(*b.batch(tuned.setting.device)), examples, tuned.setting.dim)
+
+
+def owner_densities(context: StudyContext, tuned) -> dict[str, torch.distributions.MultivariateNormal]:
+    """Each owner's Gaussians of its own adapted training features: its class means, its own covariance (shrunk)."""
+    densities = {}
+    for t in range(len(context.stream.steps)):
+        step = context.step_data(t)
+        z = adapted_features(tuned, step.name, step.train).double()
+        labels = tuple(context.setting.class_names[c] for c in step.classes)
+        stats = ClassStatistics.of(z, step.local(step.train.classes), labels)
+        covariance = stats.scatter / (float(stats.counts.sum()) - len(labels))
+        scale = torch.trace(covariance) / len(covariance)
+        covariance = (1 - SHRINKAGE) * covariance + SHRINKAGE * scale * torch.eye(len(covariance), dtype=torch.float64)
+        densities[step.name] = torch.distributions.MultivariateNormal(stats.means, covariance)
+    return densities
+
+
+def at_most_one_point(val: tuple, test: tuple) -> dict:
+    """OOS recall at the threshold that rejects the most val OOS queries while giving up at most GIVE_UP of val
+    in-scope accuracy (the issue's operating point); val and test are (in scores, in right, oos scores)."""
+    in_scores, in_right, oos = val
+    floor = float(in_right.mean()) - GIVE_UP
+    candidates = np.unique(np.concatenate([[-np.inf], in_scores]))
+    allowed = [t for t in candidates if rates(t, in_scores, in_right, oos)[0] >= floor]
+    return oos_metrics(float(max(allowed)), *test)
+
+
+@torch.no_grad()
+def query_scores(context: StudyContext, tuned, densities: dict, split: str, rows=None) -> tuple[dict, torch.Tensor]:
+    """Each in-scope score of `split`'s queries under red_tuned ((N,) each), and its predicted classes (N,)."""
+    queries = context.queries(split, rows)
+    routed = tuned.route(queries.features)  # (N,)
+    log_p = tuned.scores(queries)  # (N, C): the routed owner's classes
+    density = torch.empty(len(queries), dtype=torch.float64)
+    for k, name in enumerate(tuned.owners):
+        idx = (routed == k).nonzero(as_tuple=True)[0]
+        if len(idx):
+            z = adapted_features(tuned, name, queries.subset(idx)).double()  # (n, d)
+            density[idx] = densities[name].log_prob(z[:, None, :]).amax(-1)  # (n, C_k) -> its nearest class
+    ridge = torch.cat([tuned.projection(x.double()) @ tuned.router_weight.T for x in queries.features.split(2048)])
+    scores = {"msp": log_p.exp().amax(-1), "ridge": ridge.amax(-1), "density": density}
+    return {k: v.double().numpy() for k, v in scores.items()}, log_p.argmax(-1)
+
+
+def out_of_scope(context: StudyContext, tuned) -> dict:
+    """Larson et al.'s protocol (the study's) and the issue's one-point operating point, per in-scope score."""
+    stream, label, all_steps = context.stream, context.stream.label_of_class(), range(len(context.stream.steps))
+    densities = owner_densities(context, tuned)
+    scored, right = {}, {}
+    for split in ("val", "test", "oos_val", "oos_test"):
+        rows = stream.rows(split, all_steps) if split in ("val", "test") else None
+        scored[split], predicted = query_scores(context, tuned, densities, split, rows)
+        if rows is not None:
+            right[split] = (label[predicted] == label[stream.class_of[split][rows]]).numpy()
+    out = {}
+    for score in scored["val"]:
+        val = (scored["val"][score], right["val"], scored["oos_val"][score])
+        test = (scored["test"][score], right["test"], scored["oos_test"][score])
+        out[score] = {"larson": oos_metrics(choose_threshold(*val), *test), "one point": at_most_one_point(val, test)}
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("study", type=Path, help="a `redkit study incremental` directory (its config and cache)")
+    parser.add_argument("--out", type=Path, required=True, help="where to write the figures (JSON)")
+    args = parser.parse_args()
+    saved = json.loads((args.study / "config.json").read_text())
+    config = IncrementalConfig(**{k: tuple(v) if k == "methods" else v for k, v in saved.items()})
+    context = StudyContext(config, args.study)
+    stream, setting = context.stream, context.setting
+
+    red, tuned = METHODS["red"](setting), METHODS["red_tuned"](setting)
+    for t in range(len(stream.steps)):
+        step = context.step_data(t)
+        red.learn(step)
+        tuned.learn(step)
+    owners = tuned.owners  # by name: red's model lays its owners out the same way
+    assert owners == red.model.domains
+    order = tuple(int(c) for name in owners for c in tuned.experts[name].classes)  # (C,) owners' classes in turn
+    class_owner = tuned.class_owner  # (C,) index into owners
+    label = stream.label_of_class()
+    all_steps = range(len(stream.steps))
+
+    figures = {"study": str(args.study), "seed": config.seed, "protocol": config.protocol, "splits": {}}
+    columns = torch.tensor(order)
+    statistics = {width: router_statistics(context, width, order) for width in WIDTHS}
+    for split in ("val", "test"):
+        rows = stream.rows(split, all_steps)
+        queries = context.queries(split, rows)
+        truth = stream.class_of[split][rows]  # (N,) stream classes
+        position = torch.empty(len(stream.classes), dtype=torch.long)
+        position[columns] = torch.arange(len(columns))
+        true_owner = class_owner[position[truth]]  # (N,)
+        h = queries.features
+        # every owner's expert on every query: (N, C) log-probabilities within each owner's classes
+        within = {
+            "residual": torch.cat([red.shares[name].log_probs(h) for name in owners], dim=1),
+            "tuned": torch.cat([tuned.expert_log_probs(name, queries) for name in owners], dim=1),
+        }
+
+        def accuracy(routed: torch.Tensor, kind: str) -> float:
+            """Hard routing: the routed owner's top class, right by label."""
+            scores = within[kind].masked_fill(class_owner[None, :] != routed[:, None], float("-inf"))
+            return float((label[columns[scores.argmax(-1)]] == label[truth]).double().mean())
+
+        def routed_right(routed: torch.Tensor) -> float:
+            return float((routed == true_owner).double().mean())
+
+        out = {"queries": len(rows)}
+        gaussian_alpha = red.model.route(h)  # (N, K) log α
+        soft = within["residual"] + gaussian_alpha[:, red.model.class_domains]
+        out["gaussian"] = {
+            "routing": routed_right(gaussian_alpha.argmax(-1)),
+            "red (soft, residual)": float((label[columns[soft.argmax(-1)]] == label[truth]).double().mean()),
+            "hard, residual": accuracy(gaussian_alpha.argmax(-1), "residual"),
+            "hard, tuned": accuracy(gaussian_alpha.argmax(-1), "tuned"),
+        }
+        out["true domain"] = {"residual": accuracy(true_owner, "residual"), "tuned": accuracy(true_owner, "tuned")}
+        out["ridge"] = {}
+        for width in WIDTHS:
+            for ridge in RIDGES:
+                projection, stats = statistics[width]
+                weight = ridge_weights(stats, ridge)  # (C, M)
+                class_scores = torch.cat([projection(x.double()) @ weight.T for x in h.split(2048)])  # (N, C)
+                routed = class_owner[class_scores.argmax(-1)]
+                entry = {
+                    "routing": routed_right(routed),
+                    "residual": accuracy(routed, "residual"),
+                    "tuned": accuracy(routed, "tuned"),
+                }
+                # a second look: the two best owners (by their best class's ridge score), and each expert's confidence
+                owner_scores = torch.stack(
+                    [class_scores[:, class_owner == k].amax(-1) for k in range(len(owners))], dim=1
+                )  # (N, K)
+                confidence = torch.stack(
+                    [within["tuned"][:, class_owner == k].amax(-1) for k in range(len(owners))], dim=1
+                ).double()  # (N, K) max log p of each owner's expert
+                top2 = owner_scores.topk(2, dim=-1).indices  # (N, 2)
+                entry["second look"] = {}
+                for beta in BETAS:
+                    pick = (owner_scores + beta * confidence).gather(1, top2).argmax(-1)
+                    routed2 = top2.gather(1, pick[:, None]).squeeze(1)
+                    entry["second look"][str(beta)] = {
+                        "routing": routed_right(routed2),
+                        "tuned": accuracy(routed2, "tuned"),
+                    }
+                out["ridge"][f"M{width} rho{ridge:g}"] = entry
+        figures["splits"][split] = out
+        print(split, json.dumps(out, indent=1), flush=True)
+    if "oos_val" in stream.texts:
+        figures["oos"] = out_of_scope(context, tuned)
+        print("oos", json.dumps(figures["oos"], indent=1), flush=True)
+    figures["provenance"] = provenance()
+    write_json(args.out, figures)
+
+
+if __name__ == "__main__":
+    main()
