@@ -7,8 +7,10 @@ Reads the study directory's settings and cache (nothing encoded again), trains `
 every step as the study does (redkit_experiments/incremental/methods), then scores every val and test query of
 the stream with each owner's expert, so that any routing can be paired with any expert:
 
-    routers   red's Gaussian (soft: RED as it is; hard: one owner), the ridge over random features at
-              M in (2,048, 4,096, 10,000) and ρ in (1e-3, 1e-2, 1e-1) (redkit/incremental/ridge.py), the true domain
+    routers   red's Gaussian (soft: RED as it is; hard: one owner), the ridge over random features of the pooled
+              features alone or of red_tuned's router features (the pooled features and the frozen layers' last
+              states), at M in (2,048, 4,096, 10,000) and ρ in (1e-3, 1e-2, 1e-1) (redkit/incremental/ridge.py),
+              the true domain
     experts   red's residual expert on the frozen features, red_tuned's tuned top layers
     evidence  a second look: between the ridge's two best owners, the one whose ridge score plus β times its
               expert's confidence (max log-probability) is higher; β chosen on val
@@ -31,25 +33,31 @@ from redkit.oos.threshold import choose_threshold, oos_metrics, rates
 from redkit.provenance import provenance
 from redkit_experiments.incremental.methods import METHODS
 from redkit_experiments.incremental.methods.finetune import batched_scores
+from redkit_experiments.incremental.methods.red_tuned import router_features
 from redkit_experiments.incremental.study import IncrementalConfig, StudyContext
 
 WIDTHS = (2048, 4096, 10_000)  # 10,000: RanPAC's
+INPUTS = {  # what the ridge reads: (N, width) from a split's examples
+    "pooled": lambda examples: examples.features.double(),
+    "pooled + lower": router_features,  # red_tuned's
+}
 RIDGES = (1e-3, 1e-2, 1e-1)
 BETAS = (0.0, 0.05, 0.1, 0.2, 0.5, 1.0)
 SHRINKAGE = 0.2  # an owner's own covariance of its adapted features, shrunk as the Gaussian router's (gaussian.py)
 GIVE_UP = 0.01  # the issue's operating point: at most 1 point of val in-scope accuracy given up to reject
 
 
-def router_statistics(context: StudyContext, width: int, order: tuple[int, ...]):
-    """The projection φ of width M and every owner's statistics of φ(h), merged, classes in `order` (stream
-    indices): what the ridge is solved from."""
+def router_statistics(context: StudyContext, features, width: int, order: tuple[int, ...]):
+    """The projection φ of width M and every owner's statistics of φ(features(examples)), merged, classes in
+    `order` (stream indices): what the ridge is solved from."""
     setting, stream = context.setting, context.stream
-    projection = RandomProjection(ProjectionConfig(setting.dim, width, seed=context.config.seed))
+    dim = features(context.queries("val", stream.rows("val", [0])[:1])).shape[1]
+    projection = RandomProjection(ProjectionConfig(dim, width, seed=context.config.seed))
     total = None  # one running sum, as an (M, M) scatter per owner does not fit many times over at M = 10,000
     for t in range(len(stream.steps)):
         step = context.step_data(t)
         labels = tuple(setting.class_names[c] for c in step.classes)
-        new = ClassStatistics.of(projection(step.train.features.double()), step.local(step.train.classes), labels)
+        new = ClassStatistics.of(projection(features(step.train)), step.local(step.train.classes), labels)
         total = new if total is None else merge({"earlier": total, "new": new})
     return projection, total.in_order(tuple(setting.class_names[c] for c in order))
 
@@ -91,7 +99,7 @@ def at_most_one_point(val: tuple, test: tuple) -> dict:
 def query_scores(context: StudyContext, tuned, densities: dict, split: str, rows=None) -> tuple[dict, torch.Tensor]:
     """Each in-scope score of `split`'s queries under red_tuned ((N,) each), and its predicted classes (N,)."""
     queries = context.queries(split, rows)
-    routed = tuned.route(queries.features)  # (N,)
+    routed = tuned.route(queries)  # (N,)
     log_p = tuned.scores(queries)  # (N, C): the routed owner's classes
     density = torch.empty(len(queries), dtype=torch.float64)
     for k, name in enumerate(tuned.owners):
@@ -99,7 +107,7 @@ def query_scores(context: StudyContext, tuned, densities: dict, split: str, rows
         if len(idx):
             z = adapted_features(tuned, name, queries.subset(idx)).double()  # (n, d)
             density[idx] = densities[name].log_prob(z[:, None, :]).amax(-1)  # (n, C_k) -> its nearest class
-    ridge = torch.cat([tuned.projection(x.double()) @ tuned.router_weight.T for x in queries.features.split(2048)])
+    ridge = tuned.ridge_scores(queries)  # (N, C_seen)
     scores = {"msp": log_p.exp().amax(-1), "ridge": ridge.amax(-1), "density": density}
     return {k: v.double().numpy() for k, v in scores.items()}, log_p.argmax(-1)
 
@@ -146,7 +154,11 @@ def main() -> None:
 
     figures = {"study": str(args.study), "seed": config.seed, "protocol": config.protocol, "splits": {}}
     columns = torch.tensor(order)
-    statistics = {width: router_statistics(context, width, order) for width in WIDTHS}
+    statistics = {
+        (name, width): router_statistics(context, features, width, order)
+        for name, features in INPUTS.items()
+        for width in WIDTHS
+    }
     for split in ("val", "test"):
         rows = stream.rows(split, all_steps)
         queries = context.queries(split, rows)
@@ -180,11 +192,11 @@ def main() -> None:
         }
         out["true domain"] = {"residual": accuracy(true_owner, "residual"), "tuned": accuracy(true_owner, "tuned")}
         out["ridge"] = {}
-        for width in WIDTHS:
+        for (name, width), (projection, stats) in statistics.items():
+            x = INPUTS[name](queries)  # (N, width of the input)
             for ridge in RIDGES:
-                projection, stats = statistics[width]
                 weight = ridge_weights(stats, ridge)  # (C, M)
-                class_scores = torch.cat([projection(x.double()) @ weight.T for x in h.split(2048)])  # (N, C)
+                class_scores = torch.cat([projection(block) @ weight.T for block in x.split(2048)])  # (N, C)
                 routed = class_owner[class_scores.argmax(-1)]
                 entry = {
                     "routing": routed_right(routed),
@@ -207,7 +219,7 @@ def main() -> None:
                         "routing": routed_right(routed2),
                         "tuned": accuracy(routed2, "tuned"),
                     }
-                out["ridge"][f"M{width} rho{ridge:g}"] = entry
+                out["ridge"][f"{name} M{width} rho{ridge:g}"] = entry
         figures["splits"][split] = out
         print(split, json.dumps(out, indent=1), flush=True)
     if "oos_val" in stream.texts:

@@ -2,11 +2,13 @@
 pretrained backbone's top layers (the study's `trainable_layers`, 2) and a classifier over its own classes,
 trained on its data alone with `redkit fit`'s recipe (joint's: the same rate, epochs and early stopping, on the
 owner's own val accuracy); the router is RanPAC's ridge regression, computed from the owners' summed class
-statistics of random features of the frozen pooled features (redkit/incremental/ridge.py); each query goes to
-the one owner the ridge points at, and that owner's expert alone answers it.
+statistics of random features of what the frozen encoder gives everyone (redkit/incremental/ridge.py); each
+query goes to the one owner the ridge points at, and that owner's expert alone answers it.
 
-    φ(h)      = ReLU(h P)            P (d, M) from the study's seed, M = 4,096: what the statistics are of
-    route(x)  = owner of argmax_c φ(h) W_c      W (C, M) from every owner's counts, means and scatter of φ(h)
+    r(x)      = [h, mean_T(prefix(x)) · |h| / |mean_T(prefix(x))|]   (2d,) the pooled features and the frozen
+                layers' last states pooled, scaled to h's length: both public, the same for every owner
+    φ(x)      = ReLU(r(x) P)         P (2d, M) from the study's seed, M = 4,096: what the statistics are of
+    route(x)  = owner of argmax_c φ(x) W_c      W (C, M) from every owner's counts, means and scatter of φ
     p(y|x)    = softmax_{y' in k} classifier_k(top_k(prefix(x)))_y   for the routed owner k, 0 outside k
 
 Kept from earlier steps: their modules (the model that answers) and the statistics (one running sum). Each
@@ -23,6 +25,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from redkit.errors import RedkitError
 from redkit.incremental.projection import ProjectionConfig, RandomProjection
 from redkit.incremental.ridge import RIDGE, ridge_weights
 from redkit.incremental.statistics import ClassStatistics, merge
@@ -33,8 +36,23 @@ from redkit_experiments.incremental.methods.base import Kept, Method, register_m
 from redkit_experiments.incremental.methods.finetune import batched_scores
 from redkit_experiments.incremental.methods.red import owner_seed
 
-WIDTH = 4096  # M, chosen on CLINC150's val against 2,048 (scripts/incremental_red_ablation.py)
+WIDTH = 4096  # M, chosen on CLINC150's val (scripts/incremental_red_ablation.py)
 BATCH = 2048  # queries routed at once (an (N, M) float64 block)
+
+
+def router_features(examples: Examples) -> torch.Tensor:
+    """(N, 2d) float64: the pooled features and the mean of the frozen layers' last states (the input of the first
+    tuned layer), the latter scaled to the former's length. The lower layers' states add what the last ones
+    smooth over (on CLINC150's val the ridge sends 98.6 % of the queries home on both against 98.3 % on the pooled
+    features alone, scripts/incremental_red_ablation.py)."""
+    if examples.prefix.states is None:
+        raise RedkitError(
+            "red_tuned's router reads the frozen layers' states: leave a layer frozen (--trainable-layers)"
+        )
+    h = examples.features.double()  # (N, d)
+    mask = examples.prefix.attention_mask.double()  # (N, T)
+    lower = torch.einsum("ntd,nt->nd", examples.prefix.states.double(), mask) / mask.sum(1, keepdim=True)  # (N, d)
+    return torch.cat([h, lower * (h.norm(dim=1, keepdim=True) / lower.norm(dim=1, keepdim=True))], dim=1)
 
 
 @dataclass
@@ -56,7 +74,7 @@ class TunedREDMethod(Method):
         super().__init__(setting)
         self.backbone = setting.pretrained_backbone()  # one working copy: each owner's top layers swapped in
         self.pretrained_top = {k: v.detach().clone() for k, v in self.backbone.top_state_dict().items()}
-        self.projection = RandomProjection(ProjectionConfig(setting.dim, WIDTH, seed=setting.config.seed))
+        self.projection = RandomProjection(ProjectionConfig(2 * setting.dim, WIDTH, seed=setting.config.seed))
         self.experts: dict[str, TunedExpert] = {}
         self.statistics: ClassStatistics | None = None
 
@@ -106,7 +124,7 @@ class TunedREDMethod(Method):
 
     def owner_statistics(self, step: StepData) -> ClassStatistics:
         labels = tuple(self.setting.class_names[c] for c in step.classes)
-        return ClassStatistics.of(self.projection(step.train.features.double()), step.local(step.train.classes), labels)
+        return ClassStatistics.of(self.projection(router_features(step.train)), step.local(step.train.classes), labels)
 
     def learn(self, step: StepData) -> None:
         self.experts[step.name] = self.train_expert(step)
@@ -123,12 +141,14 @@ class TunedREDMethod(Method):
     # ---- the server's model: route, then one owner's expert -----------------------------------------
 
     @torch.no_grad()
-    def route(self, features: torch.Tensor) -> torch.Tensor:
-        """(N, d) pooled frozen features -> (N,) the index into `self.owners` of the owner each query goes to."""
-        best = torch.cat(
-            [(self.projection(h.double()) @ self.router_weight.T).argmax(-1) for h in features.split(BATCH)]
-        )
-        return self.class_owner[best]
+    def ridge_scores(self, queries: Examples) -> torch.Tensor:
+        """(N, C_seen) the ridge's class scores, classes owner after owner (by name)."""
+        blocks = torch.arange(len(queries)).split(BATCH)
+        return torch.cat([self.projection(router_features(queries.subset(b))) @ self.router_weight.T for b in blocks])
+
+    def route(self, queries: Examples) -> torch.Tensor:
+        """(N,) the index into `self.owners` of the owner each query goes to."""
+        return self.class_owner[self.ridge_scores(queries).argmax(-1)]
 
     @torch.no_grad()
     def expert_log_probs(self, name: str, queries: Examples) -> torch.Tensor:
@@ -145,7 +165,7 @@ class TunedREDMethod(Method):
     @torch.no_grad()
     def scores(self, queries: Examples) -> torch.Tensor:
         """(N, C): the routed owner's log-probabilities over its classes, -inf elsewhere."""
-        routed = self.route(queries.features)
+        routed = self.route(queries)
         out = torch.full((len(queries), self.setting.num_classes), float("-inf"))
         for k, name in enumerate(self.owners):
             rows = (routed == k).nonzero(as_tuple=True)[0]
