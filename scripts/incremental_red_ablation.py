@@ -47,19 +47,22 @@ SHRINKAGE = 0.2  # an owner's own covariance of its adapted features, shrunk as 
 GIVE_UP = 0.01  # the issue's operating point: at most 1 point of val in-scope accuracy given up to reject
 
 
-def router_statistics(context: StudyContext, features, width: int, order: tuple[int, ...]):
-    """The projection φ of width M and every owner's statistics of φ(features(examples)), merged, classes in
-    `order` (stream indices): what the ridge is solved from."""
+def router_statistics(context: StudyContext, features, order: tuple[int, ...]) -> dict:
+    """Per M of WIDTHS: the projection φ and every owner's statistics of φ(features(examples)), merged, classes in
+    `order` (stream indices): what the ridge is solved from. Each step's features are computed once for every M."""
     setting, stream = context.setting, context.stream
-    dim = features(context.queries("val", stream.rows("val", [0])[:1])).shape[1]
-    projection = RandomProjection(ProjectionConfig(dim, width, seed=context.config.seed))
-    total = None  # one running sum, as an (M, M) scatter per owner does not fit many times over at M = 10,000
+    projections, totals = {}, dict.fromkeys(WIDTHS)  # one running sum per M: (M, M) scatters add up fast
     for t in range(len(stream.steps)):
         step = context.step_data(t)
+        x = features(step.train)  # (N_t, input width)
         labels = tuple(setting.class_names[c] for c in step.classes)
-        new = ClassStatistics.of(projection(features(step.train)), step.local(step.train.classes), labels)
-        total = new if total is None else merge({"earlier": total, "new": new})
-    return projection, total.in_order(tuple(setting.class_names[c] for c in order))
+        for width in WIDTHS:
+            if width not in projections:
+                projections[width] = RandomProjection(ProjectionConfig(x.shape[1], width, seed=context.config.seed))
+            new = ClassStatistics.of(projections[width](x), step.local(step.train.classes), labels)
+            totals[width] = new if totals[width] is None else merge({"earlier": totals[width], "new": new})
+    names = tuple(setting.class_names[c] for c in order)
+    return {width: (projections[width], totals[width].in_order(names)) for width in WIDTHS}
 
 
 @torch.no_grad()
@@ -154,17 +157,17 @@ def main() -> None:
 
     figures = {"study": str(args.study), "seed": config.seed, "protocol": config.protocol, "splits": {}}
     columns = torch.tensor(order)
-    statistics = {
-        (name, width): router_statistics(context, features, width, order)
-        for name, features in INPUTS.items()
-        for width in WIDTHS
-    }
+    routers = {}  # (input, M, ρ) -> (φ, ridge weights (C, M)): solved once for both splits
+    for name, features in INPUTS.items():
+        for width, (projection, stats) in router_statistics(context, features, order).items():
+            for ridge in RIDGES:
+                routers[name, width, ridge] = projection, ridge_weights(stats, ridge)
+    position = torch.empty(len(stream.classes), dtype=torch.long)  # (C,) each stream class's column
+    position[columns] = torch.arange(len(columns))
     for split in ("val", "test"):
         rows = stream.rows(split, all_steps)
         queries = context.queries(split, rows)
         truth = stream.class_of[split][rows]  # (N,) stream classes
-        position = torch.empty(len(stream.classes), dtype=torch.long)
-        position[columns] = torch.arange(len(columns))
         true_owner = class_owner[position[truth]]  # (N,)
         h = queries.features
         # every owner's expert on every query: (N, C) log-probabilities within each owner's classes
@@ -192,34 +195,32 @@ def main() -> None:
         }
         out["true domain"] = {"residual": accuracy(true_owner, "residual"), "tuned": accuracy(true_owner, "tuned")}
         out["ridge"] = {}
-        for (name, width), (projection, stats) in statistics.items():
-            x = INPUTS[name](queries)  # (N, width of the input)
-            for ridge in RIDGES:
-                weight = ridge_weights(stats, ridge)  # (C, M)
-                class_scores = torch.cat([projection(block) @ weight.T for block in x.split(2048)])  # (N, C)
-                routed = class_owner[class_scores.argmax(-1)]
-                entry = {
-                    "routing": routed_right(routed),
-                    "residual": accuracy(routed, "residual"),
-                    "tuned": accuracy(routed, "tuned"),
+        inputs = {name: features(queries) for name, features in INPUTS.items()}  # (N, input width) each
+        confidence = torch.stack(
+            [within["tuned"][:, class_owner == k].amax(-1) for k in range(len(owners))], dim=1
+        ).double()  # (N, K) max log p of each owner's expert, for the second look
+        for (name, width, ridge), (projection, weight) in routers.items():
+            class_scores = torch.cat([projection(block) @ weight.T for block in inputs[name].split(2048)])
+            routed = class_owner[class_scores.argmax(-1)]
+            entry = {
+                "routing": routed_right(routed),
+                "residual": accuracy(routed, "residual"),
+                "tuned": accuracy(routed, "tuned"),
+            }
+            # a second look: the two best owners (by their best class's ridge score), and each expert's confidence
+            owner_scores = torch.stack(
+                [class_scores[:, class_owner == k].amax(-1) for k in range(len(owners))], dim=1
+            )  # (N, K)
+            top2 = owner_scores.topk(2, dim=-1).indices  # (N, 2)
+            entry["second look"] = {}
+            for beta in BETAS:
+                pick = (owner_scores + beta * confidence).gather(1, top2).argmax(-1)
+                routed2 = top2.gather(1, pick[:, None]).squeeze(1)
+                entry["second look"][str(beta)] = {
+                    "routing": routed_right(routed2),
+                    "tuned": accuracy(routed2, "tuned"),
                 }
-                # a second look: the two best owners (by their best class's ridge score), and each expert's confidence
-                owner_scores = torch.stack(
-                    [class_scores[:, class_owner == k].amax(-1) for k in range(len(owners))], dim=1
-                )  # (N, K)
-                confidence = torch.stack(
-                    [within["tuned"][:, class_owner == k].amax(-1) for k in range(len(owners))], dim=1
-                ).double()  # (N, K) max log p of each owner's expert
-                top2 = owner_scores.topk(2, dim=-1).indices  # (N, 2)
-                entry["second look"] = {}
-                for beta in BETAS:
-                    pick = (owner_scores + beta * confidence).gather(1, top2).argmax(-1)
-                    routed2 = top2.gather(1, pick[:, None]).squeeze(1)
-                    entry["second look"][str(beta)] = {
-                        "routing": routed_right(routed2),
-                        "tuned": accuracy(routed2, "tuned"),
-                    }
-                out["ridge"][f"{name} M{width} rho{ridge:g}"] = entry
+            out["ridge"][f"{name} M{width} rho{ridge:g}"] = entry
         figures["splits"][split] = out
         print(split, json.dumps(out, indent=1), flush=True)
     if "oos_val" in stream.texts:
