@@ -186,31 +186,53 @@ def fit_setup(
     seed: int = 0,
     base_fraction: float = 1.0,
     val_fraction: float = 0.1,
-    router: str = "dense",
+    router: str | None = None,
     router_loss: str = "domain",
     max_epochs: int | None = None,
     oos: str | Path | None = None,
     data_format: str = "files",
-    references: Sequence[str] = ("joint", "linear_probe"),
+    references: Sequence[str] | None = None,
     router_options: dict | None = None,
     skip_invalid: bool = False,
+    recipe: str = "pooled",
 ):
     """(FitConfig, FitData): DATA_DIR read and checked, and what is `auto` settled from its training
-    texts (redkit/fitting/recipe.py), before anything is written. `fit` trains from these."""
+    texts (redkit/fitting/recipe.py), before anything is written. `fit` trains from these.
+
+    `recipe` "replay-free" (redkit/fitting/replay_free.py): every stage reads one domain's data at a time; its
+    router is `gaussian` (None: that; a router trained on every domain is refused), it has no reference, each
+    label belongs to one domain, and max_length is fixed (None: replay_free.MAX_LENGTH), not settled from every
+    domain's texts. `router` None: dense for the pooled recipe; `references` None: both for the pooled one."""
     from redkit.backbone import BackboneConfig
     from redkit.backbone.locate import check_model_dir, default_backbone_path, length_limit, num_layers
     from redkit.backbone.model import token_lengths
+    from redkit.fitting import replay_free
     from redkit.fitting.config import FitConfig
     from redkit.fitting.data import label_domains, load_run_data
     from redkit.fitting.recipe import settle
     from redkit.fitting.records import Fields
     from redkit.modules.layers import ROUTERS
 
+    if recipe not in replay_free.RECIPES:
+        raise RedkitError(f"--recipe {recipe!r}: expected one of {', '.join(replay_free.RECIPES)}")
+    no_pooling = recipe == replay_free.REPLAY_FREE
+    router = router or ("gaussian" if no_pooling else "dense")
+    references = tuple(() if no_pooling else ("joint", "linear_probe")) if references is None else tuple(references)
     ROUTERS[router]  # an unknown router or reference fails (did you mean) before anything is written
     from redkit.references import REFERENCES
 
     for reference in references:
         REFERENCES[reference]
+    if no_pooling and not ROUTERS[router].replay_free:
+        raise RedkitError(
+            f"--router {router}: trained on every domain's data; the replay-free recipe builds its router from each "
+            "domain's statistics (--router gaussian)"
+        )
+    if no_pooling and references:
+        raise RedkitError(
+            f"--references {' '.join(references)}: a reference trains on every domain's pooled data; the replay-free "
+            "recipe has none (fit the pooled recipe beside it to compare)"
+        )
     _check_router_options(router, router_options or {})
     if not 0 < base_fraction <= 1 or not 0 < val_fraction < 1:
         raise RedkitError(f"base fraction {base_fraction} must lie in (0, 1] and val fraction {val_fraction} in (0, 1)")
@@ -232,10 +254,18 @@ def fit_setup(
         skip_invalid=skip_invalid,
     )
     texts = [r.question for r in data.splits["train"]]
-    settled = settle(
-        token_lengths(model_dir, texts), num_layers(model_dir), length_limit(model_dir), max_length, layers
+    rows: dict[str, tuple[str, ...]] = {}  # each domain's own labels (the replay-free recipe's label rows)
+    if no_pooling:  # nothing read across domains: a fixed length, nothing tuned (the pretrained top is served)
+        max_length = max_length or min(replay_free.MAX_LENGTH, length_limit(model_dir))
+        layers, rows = 1, replay_free.own_label_rows(data.labels, label_domains(data), str(data_dir))
+    lengths = [] if no_pooling else token_lengths(model_dir, texts)
+    settled = settle(lengths, num_layers(model_dir), length_limit(model_dir), max_length, layers)
+    data.notes.append(
+        f"replay-free recipe: max_length {max_length} tokens, the pretrained backbone untouched, every domain's "
+        "modules from its own data alone"
+        if no_pooling
+        else settled.line(len(texts))
     )
-    data.notes.append(settled.line(len(texts)))
     config = FitConfig(
         seed=seed,
         expert_rank=rank,
@@ -262,8 +292,10 @@ def fit_setup(
             max_length=settled.max_length,
         ),
         base_fraction=base_fraction,
-        references=tuple(references),
+        references=references,
         router_options=dict(router_options or {}),
+        recipe=recipe,
+        label_rows=rows,
     )
     for stage in ("base", "joint"):
         config.stage_overrides[stage]["max_epochs"] = settled.epochs

@@ -48,8 +48,9 @@ class Composed(NamedTuple):
 
 
 class MissingModule(RedkitError):
-    """A module a composition needs is absent from a bundle (heads are exported only on request) or from a
-    run assembled from owners' contributions (no global head: redkit/federated);
+    """A module a composition needs is absent from a bundle (heads are exported only on request), from a
+    run assembled from owners' contributions (no global head: redkit/federated) or from a run of the replay-free
+    recipe (no head: redkit/fitting/replay_free.py);
     `compose` adds the composition's name to the line."""
 
     def __init__(self, module: str, composition: str | None = None):
@@ -78,7 +79,11 @@ class ModuleSet:
         key = "/".join(parts)
         if key not in self._loaded:
             run = self.run
-            partial = getattr(run, "bundle", None) is not None or getattr(run, "assembled", False)
+            partial = (
+                getattr(run, "bundle", None) is not None
+                or getattr(run, "assembled", False)
+                or getattr(run.config, "recipe", "pooled") == "replay-free"  # no head: they pool the data
+            )
             if partial and not module_exists(run.module_dir(*parts)):
                 raise MissingModule(f"modules/{key}")
             self._loaded[key] = load_module(run.module_dir(*parts), run.fingerprint, run.feature_dim)[0].to(run.device)
@@ -95,8 +100,12 @@ class ModuleSet:
         return self._joined
 
     def base_classifier(self) -> nn.Module:
-        """C alone, as stage base trained it: labels added later are impossible to it (-inf)."""
-        return widened(self.run, self._load("classifier"), float("-inf"))
+        """C alone, as stage base trained it: labels added later are impossible to it (-inf). C over no label (a run
+        of the replay-free recipe, or assembled from owners) predicts nothing: the composition is not available."""
+        classifier = self._load("classifier")
+        if classifier.config.num_classes == 0:
+            raise MissingModule("modules/classifier over a label")
+        return widened(self.run, classifier, float("-inf"))
 
     def experts(self, kind: str) -> list[nn.Module]:
         fill = 0.0  # a logit expert trained before later labels existed does not correct them

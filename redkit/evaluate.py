@@ -17,7 +17,14 @@ import numpy as np
 import torch
 from sklearn.metrics import f1_score
 
-from redkit.compositions import NEEDS_DOMAIN, Composed, ModuleSet, compose, default_compositions
+from redkit.compositions import (
+    NEEDS_DOMAIN,
+    Composed,
+    ModuleSet,
+    available_compositions,
+    compose,
+    default_compositions,
+)
 from redkit.metrics import accuracy_by, label_metrics
 from redkit.space import LabelSpace
 
@@ -126,7 +133,8 @@ def score_reference(run, reference: str, name: str, examples: list, labels: torc
 def evaluate_run(run, eval_files: tuple[Path, ...] = ()) -> dict:
     start = time.perf_counter()
     modules = ModuleSet(run)
-    names = default_compositions(run.space)
+    # a replay-free run has no module trained on pooled data (the heads): the compositions that need one are not scored
+    names, _ = available_compositions(modules, default_compositions(run.space))
     results = {"splits": {}, "router": {}, "gate": {}, "external": {}}
     for split in run.evaluation_splits:
         results["splits"][split] = evaluate_examples(run, modules, split, run.splits[split], names)

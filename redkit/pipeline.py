@@ -7,6 +7,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from redkit.evaluate import evaluate_run
+from redkit.fitting.replay_free import pipeline_of
 from redkit.train.distributed import launch_base
 from redkit.train.stages import PIPELINE, STAGES, stage_line
 
@@ -29,7 +30,7 @@ def run_pipeline(
     summary = summary or run.prepare_data()
     if "data" not in run.timings:
         run.add_time("data", time.perf_counter() - start)
-    train_stages(run, nproc, print_fn, PIPELINE + tuple(run.config.references))
+    train_stages(run, nproc, print_fn, pipeline_of(run.config))
     results = evaluate_run(run, eval_files)
     config = run.config
     results = run.record(

@@ -118,7 +118,7 @@ def test_predict_unknown_composition(tiny_run, capsys):
 @pytest.mark.parametrize(
     "stage, hint",
     [
-        ("nonsense", "(known: base, experts, heads, router, gate, joint, linear_probe)"),
+        ("nonsense", "(known: base, experts, heads, router, gate, joint, linear_probe, host, owners)"),
         ("expert", "did you mean 'experts'?"),
     ],
 )

@@ -40,11 +40,20 @@ def fit_model_options(p: argparse.ArgumentParser) -> None:
         "`redkit study levers`; the paper's recipe is 0.1)",
     )
     p.add_argument(
+        "--recipe",
+        choices=("pooled", "replay-free"),
+        default="pooled",
+        help="pooled (default): stage base tunes the top layers and classifier on every domain's training data; "
+        "replay-free: every domain's modules from its own data alone, the pretrained backbone untouched, the "
+        "router built from each domain's statistics (what `redkit federate`'s owners and add-domain build)",
+    )
+    p.add_argument(
         "--references",
         nargs="*",
-        default=["joint", "linear_probe"],
+        default=None,
         choices=("joint", "linear_probe"),
-        help="non-modular references trained and scored beside RED (default both; joint fine-tunes on all of train)",
+        help="non-modular references trained and scored beside RED (default both, none with --recipe replay-free; "
+        "joint fine-tunes on all of train)",
     )
     eval_option(p)
     model_options(p)
@@ -57,6 +66,7 @@ def fit_model_options(p: argparse.ArgumentParser) -> None:
         "at most the backbone's limit)",
     )
     router_option(p)
+    p.set_defaults(router=None)  # dense, or gaussian with --recipe replay-free (redkit.api.fit_setup)
     p.add_argument(
         "--router-option",
         dest="router_options",
@@ -97,8 +107,9 @@ def fit_kwargs(args) -> dict:
         router_loss=args.router_loss,
         max_epochs=args.max_epochs,
         eval_files=args.eval_files,
-        references=tuple(args.references),
+        references=None if args.references is None else tuple(args.references),
         router_options=_router_options(args.router_options),
+        recipe=args.recipe,
     )
 
 

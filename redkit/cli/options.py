@@ -197,6 +197,8 @@ def _convert(path: Path, key: str, action: argparse.Action, value):
             raise RedkitError(f"{where}: expected true or false, got {value!r}")
         return action.const if value else action.default
     if isinstance(action, argparse._AppendAction) or action.nargs in ("*", "+"):
+        if value is None and action.default is None:  # a list whose default is "not given" (e.g. fit's --references)
+            return None
         values = value if isinstance(value, list) else [value]
         converted = [_one(where, action, v) for v in values]
         return _FromConfig(converted) if isinstance(action, argparse._AppendAction) else converted

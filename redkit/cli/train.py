@@ -9,7 +9,10 @@ from redkit.errors import RedkitError
 
 
 def _options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("stage", help="base | experts | heads | router | gate")
+    p.add_argument(
+        "stage",
+        help="base | experts | heads | router | gate; a run of the replay-free recipe: host | owners | router | gate",
+    )
     p.add_argument("--run", required=True, type=Path)
     p.add_argument(
         "--domain",
@@ -43,11 +46,13 @@ def _domains(run, names: list[str] | None) -> list[int] | None:
 
 @command("train", options=_options, help="run one stage of an existing run (e.g. one expert, in its own process)")
 def run(args) -> None:
+    from redkit.fitting.replay_free import check_stage
     from redkit.run import open_run
     from redkit.train.stages import EXPERT_KINDS, STAGES, stage_line
 
     run = open_run(args.run)
     stage = STAGES[args.stage]
+    check_stage(run.config, args.stage, run.dir)
     if args.stage == "base":
         from redkit.train.distributed import check_run_nproc
 
@@ -70,6 +75,8 @@ def run(args) -> None:
         )
     elif args.stage == "heads":
         outcome = stage(run, domains=_domains(run, args.domain), retrain=args.retrain)
+    elif args.stage == "owners":
+        outcome = stage(run, domains=args.domain)
     elif args.stage == "base" and args.nproc != 1:
         from redkit.train.distributed import launch_base
 

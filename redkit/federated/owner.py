@@ -1,18 +1,19 @@
 """One owner's contribution, computed where its data lives, from its data alone.
 
     train_contribution(plan, DATA, WORK)   WORK: the owner's own fit run (its data never leaves it)
-        host (plan.py) ─► each of its domains' modules, trained alone on that domain's examples:
-            experts/residual/<d> + label_rows/<d>   Δh_d and R_d over d's labels (through C over no label)
+        host (plan.py) ─► each of its domains' modules, trained alone on that domain's examples by the replay-free
+                      recipe of `redkit fit` (redkit/fitting/replay_free.py: train_domain, the one implementation):
+            experts/residual/<d> + label_rows/<d>   Δh_d and R_d over d's labels
             statistics/<d>                          counts, means, scatter of φ(h): its share of the router
     ─► {"files": {"modules/<part>/<name>": {size, sha256}}, "domains", "label_rows", "fingerprint", "dim", ...}
 
 What leaves the owner is `package(...)` (upload.py): those module files (weights and their JSON configs) and the
-manifest, no example and no feature. The seeds are the run's (seed, the domain's index among the owner's own domains), so
-a contribution is the same whichever machine computes it, and whenever (tests/test_federated.py).
+manifest, no example and no feature. Each domain's seed comes from the plan's seed and the domain's name alone, so
+a contribution is the same whichever machine computes it, and whenever, and its modules are the same bytes as `redkit fit --recipe
+replay-free` builds of those domains (tests/test_federated.py, tests/test_replay_free_recipe.py).
 """
 
 import time
-from dataclasses import replace
 from pathlib import Path
 
 from redkit.atomic import write_json
@@ -20,29 +21,32 @@ from redkit.bundle.manifest import file_entry
 from redkit.federated.plan import FederationPlan, write_host
 from redkit.federated.upload import MANIFEST
 from redkit.fitting.config import FitConfig
+from redkit.fitting.data import label_domains as fitted_label_domains
 from redkit.fitting.data import load_fit_data
 from redkit.fitting.records import Fields
+from redkit.fitting.replay_free import DOMAIN_PARTS, own_label_rows, train_domain
 from redkit.fitting.run import FitRun
 from redkit.jsonfile import read_json
-from redkit.lifecycle.grow import grown_config
-from redkit.lifecycle.new_labels import train_label_rows
-from redkit.modules.layers import ROUTERS
-from redkit.routers.gaussian import STATISTICS
 from redkit.train.stages import stage_line
 
 FORMAT = 1
-# An owner's modules (each under modules/<part>/<domain>/): what the replay-free model is made of. The
-# baselines' heads and logit experts are not sent: they output the owner's label indices, which are not the
-# assembled run's (label rows are placed by name, redkit/modules/labels.py).
-PARTS = (("experts", "residual"), ("label_rows",), (STATISTICS,))
+# An owner's modules (each under modules/<part>/<domain>/): what the replay-free recipe builds of a domain.
+PARTS = DOMAIN_PARTS
 
 
 def owner_config(plan: FederationPlan, data, data_dir: Path) -> FitConfig:
-    """The owner's run: the plan's settings, its own domains, each of its labels owned by its domain's rows."""
-    host = FitConfig(data_dir=str(data_dir), **plan.config_fields())
-    grown = grown_config(host, data, data_dir)  # every label new: each in its domain's label rows (one domain each)
-    owner_of = {label: domain for domain, labels in grown.label_rows.items() for label in labels}
-    return replace(grown, added_data=(), added_domains=(), label_domains=tuple(owner_of[x] for x in grown.labels))
+    """The owner's run: the plan's settings (the replay-free recipe), its own domains, each of its labels in its
+    domain's label rows."""
+    label_domains = fitted_label_domains(data)
+    return FitConfig(
+        data_dir=str(data_dir),
+        **plan.config_fields(),
+        labels=data.labels,
+        numeric_labels=data.numeric_labels,
+        domains=data.domains,
+        label_domains=label_domains,
+        label_rows=own_label_rows(data.labels, label_domains, str(data_dir)),
+    )
 
 
 def train_contribution(plan: FederationPlan, data_dir: Path, work: Path, print_fn=print) -> dict:
@@ -56,10 +60,8 @@ def train_contribution(plan: FederationPlan, data_dir: Path, work: Path, print_f
     run = FitRun(work, owner_config(plan, data, data_dir))
     run.prepare_data(data)
     write_host(run, plan)
-    routing = ROUTERS[run.config.router]
-    for index, domain in enumerate(run.space.domains):
-        print_fn(stage_line(f"expert and label rows {domain}", train_label_rows(run, index)))
-        print_fn(stage_line(f"routing {domain}", routing.owner_part(run, domain)))
+    for domain in run.space.domains:
+        print_fn(stage_line(f"owner {domain}", train_domain(run, domain)))
     parts = [(*part, d) for d in run.space.domains for part in PARTS]
     files = {
         str(Path("modules", *p, name)): file_entry(run.module_dir(*p) / name)

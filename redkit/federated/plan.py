@@ -9,27 +9,25 @@ data, so that no owner depends on another:
     backbone_top   the pretrained top layer, untouched (nobody holds the data to tune it)
     classifier     C over no label (B, 0): every owner's labels are its own label rows (redkit/lifecycle/new_labels.py)
 
-An owner's domain is then what `redkit add-domain` makes of a domain with new labels: its residual expert with
-its label rows, logit expert, head and routing statistics, each trained alone on its own data.
+An owner's domain is then what the replay-free recipe of `redkit fit` makes of each domain
+(redkit/fitting/replay_free.py: train_domain): its residual expert, its label rows and its routing statistics,
+trained alone on its own data.
 """
 
 import json
 from dataclasses import asdict, dataclass, field
 
-import torch
-
 from redkit.backbone import Backbone, BackboneConfig
 from redkit.errors import RedkitError
+from redkit.fitting import replay_free
 from redkit.incremental.projection import WIDTH
-from redkit.modules.layers import Classifier
-from redkit.modules.store import ModuleMeta, save_module
-
-HOST_PARTS = (("backbone_top",), ("classifier",))
 
 
 @dataclass
 class FederationPlan:
-    backbone: BackboneConfig = field(default_factory=lambda: BackboneConfig(trainable_layers=1, max_length=128))
+    backbone: BackboneConfig = field(
+        default_factory=lambda: BackboneConfig(trainable_layers=1, max_length=replay_free.MAX_LENGTH)
+    )
     fingerprint: str = ""  # of the pretrained backbone (set by `of`): an owner with another refuses to train
     seed: int = 0
     val_fraction: float = 0.1  # of an owner's training examples, carved for its early stopping where it has no val
@@ -59,32 +57,17 @@ class FederationPlan:
             "router_options": dict(self.router_options),
             "references": (),  # nobody holds the pooled data a reference trains on
             "base_fraction": 0.0,
+            "recipe": replay_free.REPLAY_FREE,
         }
 
 
 def write_host(run, plan: FederationPlan) -> None:
-    """`run`'s backbone_top (the pretrained top, untouched) and classifier C over no label; refuses a backbone
-    whose fingerprint is not the plan's."""
-    backbone = Backbone(plan.backbone)
+    """`run`'s host (redkit/fitting/replay_free.py: the pretrained top, untouched, and C over no label); refuses a
+    backbone whose fingerprint is not the plan's."""
+    backbone = run.backbone
     if backbone.fingerprint() != plan.fingerprint:
         raise RedkitError(
             f"backbone {backbone.path} has fingerprint {backbone.fingerprint()}, the federation's is "
             f"{plan.fingerprint}: every owner must load the same backbone"
         )
-    top = {
-        "source_fingerprint": backbone.source_fingerprint,
-        "source_path": str(backbone.path),
-        "split_at": backbone.split_at,
-        "pooling": backbone.config.pooling,
-        "dim": backbone.hidden_size,
-    }
-    metrics = {"trained": False}
-    save_module(
-        run.module_dir("backbone_top"),
-        backbone.top_state_dict(),
-        ModuleMeta("backbone_top", top, plan.fingerprint, seed=plan.seed, metrics=metrics),
-    )
-    torch.manual_seed(plan.seed)
-    classifier = Classifier(Classifier.Config(backbone.hidden_size, 0))  # (B, d) -> (B, 0)
-    meta = ModuleMeta("classifier", vars(classifier.config), plan.fingerprint, seed=plan.seed, metrics=metrics)
-    save_module(run.module_dir("classifier"), classifier, meta)
+    replay_free.write_host(run, plan.fingerprint, plan.seed)

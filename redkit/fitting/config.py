@@ -48,4 +48,7 @@ class FitConfig(TextConfig):
     # paper's recipe is 0.1, which `--base-fraction 0.1` restores.
     base_fraction: float = 1.0
     references: tuple[str, ...] = ("joint", "linear_probe")  # a fit run is always measured against both
+    # "pooled" (stage base tunes the top layers and C on every domain's data) or "replay-free" (each domain's
+    # modules from its own data alone, nothing trained on pooled data: redkit/fitting/replay_free.py)
+    recipe: str = "pooled"
     base_val_examples: int | None = None  # stage base's per-epoch validation: all of val, or this many

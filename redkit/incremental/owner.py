@@ -9,8 +9,14 @@ Expert and rows are trained together on the owner's examples (cross-entropy over
 early-stopped on its own validation examples; the statistics are sums over its training features. No
 other owner's data, module or statistics is read, so a share is the same whenever and wherever it is
 made, and shares assemble in any order (redkit/incremental/model.py).
+
+`train_owner_share` is the one place a share is trained: the study's `red` (redkit_experiments/incremental) calls
+it, and so does every path of a fit run's replay-free recipe (redkit/fitting/replay_free.py: `redkit fit
+--recipe replay-free`, `redkit federate`'s owners, add-domain and train-expert on such a run), seeded by
+`owner_seed` from the domain's name.
 """
 
+import zlib
 from dataclasses import dataclass
 
 import torch
@@ -26,6 +32,12 @@ from redkit.train.loop import FitResult, TrainConfig, fit
 
 # The stages on cached features' settings (redkit/run/config.py: experts): lr 1e-3, micro-batch 64.
 OWNER_TRAINING = TrainConfig(lr=1e-3, batch_size=64, virtual_batch_size=64)
+
+
+def owner_seed(seed: int, name: str) -> int:
+    """An owner's seed from the run's seed and its domain's name alone: not from when it arrived, nor from which
+    other domains its run holds, so that every path that builds a domain's share builds the same one."""
+    return seed * 1_000_003 + zlib.crc32(name.encode()) % 1_000_003
 
 
 @dataclass

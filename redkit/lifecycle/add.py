@@ -24,6 +24,7 @@ from pathlib import Path
 
 from redkit.errors import RedkitError
 from redkit.fitting.data import load_fit_data
+from redkit.fitting.replay_free import is_replay_free
 from redkit.lifecycle.derive import (
     check_parts,
     derive,
@@ -56,7 +57,11 @@ def add_domain(
         )
     parent = open_fit_run(parent_dir, "add-domain")
     router_kind = ROUTERS[router or parent.config.router]  # an unknown name fails (did you mean) before any work
-    parts = shared_parts() + [p for d in parent.space.domains for p in domain_parts(parent, d)]
+    if is_replay_free(parent.config) and not router_kind.replay_free:
+        raise RedkitError(
+            f"--router {router_kind.name}: trained on every domain's data; {parent.dir} is of the replay-free recipe"
+        )
+    parts = shared_parts(parent) + [p for d in parent.space.domains for p in domain_parts(parent, d)]
     check_parts(parent, parts)  # before anything is written
     if expert_dir is not None:
         expert = read_expert(Path(expert_dir), parent)
@@ -101,19 +106,31 @@ def add_domain(
     retrain_routing(run, print_fn, red, moe)
     new_labels = {d: list(config.label_rows[d]) for d in new.domains if d in config.label_rows}
     where = f"elsewhere, from a bundle (expert directory {expert_dir})" if expert_dir else "here"
-    statement = [
-        f"Trained {where}, each alone on its own domain's data through the frozen classifier: the experts "
+    trained = (
+        f"Trained {where}, each alone on its own domain's data by the replay-free recipe: the residual expert, label "
+        f"rows and routing statistics of {', '.join(new.domains)}."
+        if is_replay_free(config)
+        else f"Trained {where}, each alone on its own domain's data through the frozen classifier: the experts "
         f"(residual, logit) and head of {', '.join(new.domains)}"
         + (f", and label rows for {sum(map(len, new_labels.values()))} new labels" if new_labels else "")
-        + ".",
+        + "."
+    )
+    statement = [
+        trained,
         (
             f"Built, not trained, from the {run.space.num_domains} domains' statistics modules, each computed on its "
             f"own domain's data alone ({routing_sources(run, digests)}): the router and the gate."
             if router_kind.replay_free
             else f"Retrained over all {run.space.num_domains} domains: the router and the gate."
         ),
-        f"Copied from {parent.dir}, unchanged: {len(parts)} modules (backbone top, classifier C, the other "
-        "domains' experts, heads, label rows and routing statistics, the global head).",
+        f"Copied from {parent.dir}, unchanged: {len(parts)} modules ("
+        + (
+            "the pretrained backbone top, C over no label, the other domains' experts, label rows and routing "
+            "statistics)."
+            if is_replay_free(config)
+            else "backbone top, classifier C, the other domains' experts, heads, label rows and routing statistics, "
+            "the global head)."
+        ),
     ]
     if not new.splits:
         statement.append(

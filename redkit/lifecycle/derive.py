@@ -23,6 +23,7 @@ from redkit.evaluate import evaluate_run
 from redkit.features import encode, features_path, store_features
 from redkit.fitting.data import FitData
 from redkit.fitting.records import Record
+from redkit.fitting.replay_free import DOMAIN_PARTS, HOST_PARTS, is_replay_free
 from redkit.fitting.run import FitRun
 from redkit.modules.store import copy_modules, module_exists, modules_unchanged
 from redkit.report import markdown_table
@@ -53,7 +54,10 @@ def open_fit_run(path: Path, command: str) -> FitRun:
 
 def domain_parts(run: FitRun, domain: str) -> list[tuple[str, ...]]:
     """The modules that belong to one domain: its experts, its head, if it brought new labels its label rows
-    and, where a replay-free router has one, its share of the routing (redkit/routers/gaussian.py)."""
+    and, where a replay-free router has one, its share of the routing (redkit/routers/gaussian.py); in a run of
+    the replay-free recipe, what its owner built (redkit/fitting/replay_free.py: DOMAIN_PARTS)."""
+    if is_replay_free(run.config):
+        return [(*part, domain) for part in DOMAIN_PARTS]
     return [
         *(("experts", kind, domain) for kind in EXPERT_KINDS),
         ("heads", domain),
@@ -62,8 +66,10 @@ def domain_parts(run: FitRun, domain: str) -> list[tuple[str, ...]]:
     ]
 
 
-def shared_parts() -> list[tuple[str, ...]]:
+def shared_parts(run: FitRun) -> list[tuple[str, ...]]:
     """The modules every domain shares and no life-cycle change retrains (router and gate are retrained)."""
+    if is_replay_free(run.config):
+        return list(HOST_PARTS)
     return [("backbone_top",), ("classifier",), ("heads", "global_full")]
 
 

@@ -30,6 +30,7 @@ from redkit.atomic import write_json
 from redkit.bundle.manifest import file_digest, file_entry, verify_files
 from redkit.errors import RedkitError
 from redkit.fitting.data import FitData, load_fit_data
+from redkit.fitting.replay_free import HOST_PARTS, is_replay_free
 from redkit.fitting.run import FitRun
 from redkit.jsonfile import read_json
 from redkit.lifecycle.derive import domain_parts
@@ -44,7 +45,10 @@ FORMAT = 1
 
 
 def host_parts(run: FitRun) -> list[tuple[str, ...]]:
-    """The modules an expert is trained through: tuned top, C and earlier added domains' label rows."""
+    """The modules an expert is trained through: tuned top, C and earlier added domains' label rows (in a run of the
+    replay-free recipe, the pretrained top and C over no label: a domain trains alone, through nobody's rows)."""
+    if is_replay_free(run.config):
+        return list(HOST_PARTS)
     return [("backbone_top",), ("classifier",), *(("label_rows", d) for d in run.config.label_rows)]
 
 

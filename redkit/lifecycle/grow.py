@@ -9,6 +9,7 @@ from pathlib import Path
 
 from redkit.errors import RedkitError
 from redkit.fitting.data import FitData
+from redkit.fitting.replay_free import is_replay_free, train_domain
 from redkit.lifecycle.new_labels import train_label_rows
 from redkit.modules.layers import ROUTERS
 from redkit.train.parallel import Step, run_chains, stage_step
@@ -40,6 +41,13 @@ def grown_config(config, new: FitData, data_dir: Path):
     or masked ones unmasked), each owned by its domain's label rows."""
     owners = new_label_owners(new, config)
     brought = {label for labels in owners.values() for label in labels}
+    if is_replay_free(config):  # no shared classifier outputs an old label: a new domain brings its own
+        shared = next((r for r in new.splits.get("train", []) if r.answer not in brought), None)
+        if shared is not None:
+            raise RedkitError(
+                f"{shared.where}: label {shared.answer!r} is another domain's; in a run of the replay-free recipe "
+                "a new domain brings labels of its own"
+            )
     return replace(
         config,
         domains=(*config.domains, *new.domains),
@@ -79,7 +87,10 @@ def new_domain_steps(run, names: tuple[str, ...]) -> tuple[list[Step], list[Step
     """The new domains' own modules, each trained alone on its domain's data through the frozen
     (joined) classifier, as two independent chains: RED's (residual expert with the label rows, if
     the domain brought new labels, then the logit expert, then, for a replay-free router, the domain's
-    share of the routing) and the baselines' (the full head)."""
+    share of the routing) and the baselines' (the full head); in a run of the replay-free recipe, each new domain's
+    owner's modules (train_domain) and no baseline."""
+    if is_replay_free(run.config):  # each domain's owner's modules, nothing else (redkit/fitting/replay_free.py)
+        return [(lambda d=d: stage_line(f"owner {d}", train_domain(run, d))) for d in names], []
     indices = [run.space.domains.index(d) for d in names]
     red = [
         (lambda i=i: stage_line("label rows", train_label_rows(run, i)))

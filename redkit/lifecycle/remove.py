@@ -19,6 +19,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from redkit.errors import RedkitError
+from redkit.fitting.replay_free import is_replay_free
 from redkit.lifecycle.derive import (
     check_parts,
     derive,
@@ -39,7 +40,7 @@ def remove_domain(parent_dir: Path, domain: str, out: Path | None = None, print_
     if len(domains) == 1:
         raise RedkitError(f"{parent_dir}: {domain!r} is the run's only domain; a run without domains predicts nothing")
     kept = tuple(d for d in domains if d != domain)
-    parts = shared_parts() + [p for d in kept for p in domain_parts(parent, d)]
+    parts = shared_parts(parent) + [p for d in kept for p in domain_parts(parent, d)]
     check_parts(parent, parts)  # before anything is written
     train = parent.splits["train"]
     still = {r.answer for r in train if r.domain in kept}
@@ -59,14 +60,16 @@ def remove_domain(parent_dir: Path, domain: str, out: Path | None = None, print_
     ]
     run, _, digests = derive(parent, out, config, splits, notes, parts)
     retrain_routing(run, print_fn)
-    seen_at_fit = domain not in parent.config.added_domains
+    # a run of the replay-free recipe trained nothing on pooled data: no remaining module saw the domain's
+    seen_at_fit = domain not in parent.config.added_domains and not is_replay_free(parent.config)
     carriers = [
         "backbone_top (stage base)",
         "classifier C (stage base)",
         "heads/global_full (the global head, all of train)",
     ]
     statement = [
-        f"Removed: the experts (residual, logit), head{', label rows' if domain in parent.config.label_rows else ''} "
+        f"Removed: the {'residual expert, routing statistics' if is_replay_free(parent.config) else 'experts (residual, logit), head'}"
+        f"{', label rows' if domain in parent.config.label_rows else ''} "
         f"and data of {domain}; its {len(gone)} own labels are masked (no composition predicts them"
         + (f": {', '.join(gone[:8])}{', ...' if len(gone) > 8 else ''}" if gone else "")
         + ").",
@@ -77,6 +80,11 @@ def remove_domain(parent_dir: Path, domain: str, out: Path | None = None, print_
         statement.append(
             f"Still trained on {domain}'s data, and copied unchanged (removal cannot take that back; only a "
             f"new fit without it can): {', '.join(carriers)}."
+        )
+    elif is_replay_free(parent.config):
+        statement.append(
+            f"The run is of the replay-free recipe: every remaining module was trained on its own domain's data "
+            f"alone (or on none), so no remaining module was trained on {domain}'s."
         )
     else:
         statement.append(

@@ -14,6 +14,7 @@ import torch
 
 from redkit.atomic import write_json
 from redkit.compositions import NEEDS_DOMAIN, compose
+from redkit.fitting.replay_free import is_replay_free
 from redkit.oos.scores import nearest_in_domain, nearest_similarity, score_table, standardised_sum, standardising_stats
 from redkit.oos.threshold import choose_threshold, oos_metrics, pooled_accuracy, tradeoff_curve
 
@@ -41,13 +42,16 @@ def composition_scores(
     composed,
     h: torch.Tensor,
     pretrained: torch.Tensor,
-    views: Views,
+    views: Views | None,
     stats: dict | None = None,
     chunk: int | None = 2048,
 ) -> dict[str, torch.Tensor]:
     """{score: (N,)} of one composition's output on queries with tuned features h (N, d) and pretrained
     ones (N, d'): score_table's, the three nearest-neighbour scores, and `views` where `stats` (the
-    standardising statistics chosen on val) are given. knn_domain needs the router's weights."""
+    standardising statistics chosen on val) are given. knn_domain needs the router's weights. Without `views` (a
+    run of the replay-free recipe keeps no training feature to compare a query with): score_table's alone."""
+    if views is None:
+        return score_table(composed.probs, composed.weights)
     scores = score_table(composed.probs, composed.weights, h, views.bank, chunk)
     scores["knn_pretrained"] = nearest_similarity(pretrained, views.pretrained_bank, chunk)
     if composed.weights is not None:
@@ -58,7 +62,9 @@ def composition_scores(
     return scores
 
 
-def _scored(run, modules, names: list[str], split: str, examples: list | None, oos_split: str, views: Views) -> dict:
+def _scored(
+    run, modules, names: list[str], split: str, examples: list | None, oos_split: str, views: Views | None
+) -> dict:
     """{name: (in-scope scores {score: (N,)}, correct (N,), OOS scores {score: (M,)})} of one split
     (without `views`: its standardising statistics come from val's in-scope scores)."""
     from redkit.references.linear_probe import frozen_features
@@ -66,8 +72,10 @@ def _scored(run, modules, names: list[str], split: str, examples: list | None, o
     texts = run.oos_texts[oos_split]
     h_in = run.features(split, examples).to(run.device)
     h_out = run.text_features(oos_split, texts).to(run.device)
-    f_in = frozen_features(run, split, [ex.question for ex in examples]).to(run.device)
-    f_out = frozen_features(run, oos_split, texts).to(run.device)
+    f_in = f_out = None  # the pretrained backbone's features: only the nearest-neighbour scores read them
+    if views is not None:
+        f_in = frozen_features(run, split, [ex.question for ex in examples]).to(run.device)
+        f_out = frozen_features(run, oos_split, texts).to(run.device)
     truth = run.classes(examples).numpy()
     out = {}
     for name in names:
@@ -110,7 +118,9 @@ def evaluate_oos(run, modules, names: list[str]) -> dict:
     if "oos_val" not in run.oos_texts:
         return {}
     names = [n for n in names if n not in NEEDS_DOMAIN]
-    views = views_of(run)
+    # a replay-free run's scores come from what its owners sent: the nearest-neighbour ones would keep every
+    # domain's training features (in the run, and in its bundle)
+    views = None if is_replay_free(run.config) else views_of(run)
     val = _scored(run, modules, names, "val", run.splits["val"], "oos_val", views)
     stats = {
         name: standardising_stats(scores_in) for name, (scores_in, _, _) in val.items() if "knn_domain" in scores_in

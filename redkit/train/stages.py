@@ -516,10 +516,12 @@ def stage_gate(run: StageRun, retrain: bool = False) -> dict:
     as stage experts')."""
 
     def work() -> dict:
-        heads = [head.requires_grad_(False) for head in load_heads(run)]
-        vh, vy, _ = run.split_tensors("val")
+        vh, vy, vd = run.split_tensors("val")
         torch.manual_seed(run.config.seed * 1000 + 400)
         gate = make_router(run, "gate")
+        if gate.training_free:  # built, not trained, and the same whatever it weighs: scored on the domain, as a router
+            return _fit_router(run, "gate", gate, router_loss, lambda: (), (vh, vd), 400, retrain)
+        heads = [head.requires_grad_(False) for head in load_heads(run)]
 
         @torch.no_grad()
         def target_log_probs(x: torch.Tensor, t: torch.Tensor) -> torch.Tensor:

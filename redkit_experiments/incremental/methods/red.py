@@ -11,13 +11,11 @@ data, and a backbone tuned on the first domain would make the model depend on wh
                  buffer of 100 % of the features).
 """
 
-import zlib
-
 import torch
 from torch.nn import functional as F
 
 from redkit.incremental.model import ReplayFreeRED
-from redkit.incremental.owner import OWNER_TRAINING, OwnerShare, train_owner_share
+from redkit.incremental.owner import OWNER_TRAINING, OwnerShare, owner_seed, train_owner_share
 from redkit.incremental.statistics import ClassStatistics, merge
 from redkit.modules.layers import Router
 from redkit.red import router_loss
@@ -25,11 +23,6 @@ from redkit.threads import one_thread
 from redkit.train.loop import TrainConfig, fit
 from redkit_experiments.incremental.data import Examples, StepData
 from redkit_experiments.incremental.methods.base import Kept, Method, register_method, tensor_bytes
-
-
-def owner_seed(seed: int, name: str) -> int:
-    """An owner's seed from its name alone (not from when it arrived)."""
-    return seed * 1_000_003 + zlib.crc32(name.encode()) % 1_000_003
 
 
 @register_method("red")

@@ -26,6 +26,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from redkit.errors import RedkitError
+from redkit.incremental.owner import owner_seed
 from redkit.incremental.projection import ProjectionConfig, RandomProjection
 from redkit.incremental.ridge import RIDGE, ridge_weights
 from redkit.incremental.statistics import ClassStatistics, merge
@@ -34,7 +35,6 @@ from redkit.train.loop import fit
 from redkit_experiments.incremental.data import Examples, StepData
 from redkit_experiments.incremental.methods.base import Kept, Method, register_method, tensor_bytes
 from redkit_experiments.incremental.methods.finetune import batched_scores
-from redkit_experiments.incremental.methods.red import owner_seed
 
 WIDTH = 4096  # M, chosen on CLINC150's val (scripts/incremental_red_ablation.py)
 BATCH = 2048  # queries routed at once (an (N, M) float64 block)

@@ -1,0 +1,187 @@
+"""The replay-free recipe of a fit run (`redkit fit --recipe replay-free`): every stage reads one domain's data at
+a time, so the run is what its domains' owners would build without ever pooling their data.
+
+    host      the pretrained backbone's top, untouched, and C over no label (B, 0)            nothing trained
+    owners    each domain alone, on the features of its own texts encoded alone:            train_domain
+                  experts/residual/<d>   Δh_d = B σ(A h)
+                  label_rows/<d>         R_d over d's labels: p(y|h, d) = softmax R_d(h + Δh_d(h))
+                  statistics/<d>         counts, class means and scatter of φ(h) (its share of the router)
+              trained by train_owner_share (redkit/incremental/owner.py), seeded by the domain's name
+    router    the Gaussian router built from the statistics modules (redkit/routers/gaussian.py); the gate is
+              the same router (the domain posterior does not depend on what it weighs)
+
+A pooled run (the default recipe) tunes the backbone's top layers and C on every domain's training data first
+(stage base), and its references train on all of it; here nothing does, so a label belongs to one domain's rows
+and a run holds no reference. `max_length` is fixed (MAX_LENGTH, or --max-length) rather than settled from every
+domain's training texts.
+
+One implementation: `train_domain` is what `redkit federate`'s owners (redkit/federated/owner.py), add-domain and
+train-expert on a replay-free run (redkit/lifecycle/grow.py) call, and the study's `red`
+(redkit_experiments/incremental) calls train_owner_share with the same seed; a domain's modules are therefore
+the same bytes whichever path built them (tests/test_replay_free_recipe.py).
+"""
+
+import torch
+
+from redkit.errors import RedkitError
+from redkit.incremental.owner import owner_seed, train_owner_share
+from redkit.incremental.projection import WIDTH, ProjectionConfig, RandomProjection
+from redkit.modules.layers import Classifier
+from redkit.modules.store import ModuleMeta, module_exists, save_module
+from redkit.names import check_name
+from redkit.routers.gaussian import STATISTICS, DomainStatistics, DomainStatisticsConfig
+from redkit.train.loop import Checkpoint
+from redkit.train.stages import PIPELINE, STAGES, timed
+
+POOLED, REPLAY_FREE = "pooled", "replay-free"
+RECIPES = (POOLED, REPLAY_FREE)
+REPLAY_FREE_PIPELINE = ("host", "owners", "router", "gate")
+MAX_LENGTH = 128  # tokens: the federation plan's default (redkit/federated/plan.py)
+DOMAIN_PARTS = (("experts", "residual"), ("label_rows",), (STATISTICS,))  # what one domain's owner builds
+HOST_PARTS = (("backbone_top",), ("classifier",))  # what every owner trains through, trained by nobody
+
+
+def is_replay_free(config) -> bool:
+    return getattr(config, "recipe", POOLED) == REPLAY_FREE
+
+
+def pipeline_of(config) -> tuple[str, ...]:
+    """The stages a run of `config` trains, in order (a pooled run's references after RED's stages)."""
+    if is_replay_free(config):
+        return REPLAY_FREE_PIPELINE
+    return PIPELINE + tuple(getattr(config, "references", ()))
+
+
+def own_label_rows(labels: tuple[str, ...], label_domains: tuple[str, ...], where: str) -> dict[str, tuple[str, ...]]:
+    """{domain: its labels, in the run's label order}: each label output by its one domain's rows; `label_domains`
+    empty means some label occurs in two domains, which this recipe cannot serve (one line)."""
+    if not label_domains:
+        raise RedkitError(
+            f"{where}: a label occurs in two domains; in the replay-free recipe each label belongs to one domain's "
+            "label rows (there is no shared classifier trained on every domain to output it)"
+        )
+    rows: dict[str, tuple[str, ...]] = {}
+    for label, domain in zip(labels, label_domains):
+        rows[domain] = rows.get(domain, ()) + (label,)
+    return rows
+
+
+def write_host(run, fingerprint: str, seed: int) -> None:
+    """`run`'s backbone_top (the pretrained top, untouched) and classifier C over no label."""
+    backbone = run.backbone
+    top = {
+        "source_fingerprint": backbone.source_fingerprint,
+        "source_path": str(backbone.path),
+        "split_at": backbone.split_at,
+        "pooling": backbone.config.pooling,
+        "dim": backbone.hidden_size,
+    }
+    metrics = {"trained": False}
+    save_module(
+        run.module_dir("backbone_top"),
+        backbone.top_state_dict(),
+        ModuleMeta("backbone_top", top, fingerprint, seed=seed, metrics=metrics),
+    )
+    torch.manual_seed(seed)
+    classifier = Classifier(Classifier.Config(backbone.hidden_size, 0))  # (B, d) -> (B, 0)
+    meta = ModuleMeta("classifier", vars(classifier.config), fingerprint, seed=seed, metrics=metrics)
+    save_module(run.module_dir("classifier"), classifier, meta)
+
+
+@STAGES.register("host")
+def stage_host(run) -> dict:
+    if all(module_exists(run.module_dir(*part)) for part in HOST_PARTS):
+        return {"skipped": "host"}
+    write_host(run, run.backbone.fingerprint(), run.config.seed)
+    return {"modules": [str(run.module_dir(*part)) for part in HOST_PARTS], "trained": False}
+
+
+def domain_tensors(run, domain: str, split: str, labels: tuple[str, ...]) -> tuple[torch.Tensor, torch.Tensor]:
+    """(h (N, d), y (N,)) of `domain`'s examples of `split` alone: the features of its own texts, encoded alone (the
+    same numbers whichever other domains the run holds), y indexing `labels` (its rows')."""
+    records = [r for r in run.splits.get(split, []) if r.domain == domain]
+    if not records:
+        raise RedkitError(f"{run.dir}: domain {domain!r} has no {split} example; its owner cannot train alone")
+    outside = next((r for r in records if r.answer not in labels), None)
+    if outside is not None:
+        raise RedkitError(
+            f"{outside.where}: label {outside.answer!r} of domain {domain!r} is another domain's; in the replay-free "
+            "recipe a domain brings labels of its own"
+        )
+    h = run.text_features(f"{split}-{check_name(domain, 'domain', str(run.dir))}", [r.question for r in records])
+    return h, torch.tensor([labels.index(r.answer) for r in records])
+
+
+def train_domain(run, domain: str) -> dict:
+    """`domain`'s residual expert, label rows and routing statistics, trained on its own data alone and saved;
+    skipped when all three exist. The one implementation behind every replay-free path (module docstring)."""
+    dirs = {part: run.module_dir(*part, domain) for part in DOMAIN_PARTS}
+    if all(module_exists(path) for path in dirs.values()):
+        return {"skipped": domain}
+    labels = tuple(run.config.label_rows.get(domain, ()))
+    if not labels:
+        raise RedkitError(f"{run.dir}: domain {domain!r} brings no label of its own (config label_rows)")
+
+    def work() -> dict:
+        train, val = (domain_tensors(run, domain, split, labels) for split in ("train", "val"))
+        options = run.config.router_options
+        projection = RandomProjection(
+            ProjectionConfig(run.feature_dim, options.get("width", WIDTH), options.get("seed", 0))
+        )
+        rows_dir = dirs[("label_rows",)]
+        share = train_owner_share(
+            domain,
+            labels,
+            train,
+            val,
+            seed=owner_seed(run.config.seed, domain),
+            projection=projection,
+            rank=run.config.expert_rank,
+            config=run.config.train_config("experts"),
+            checkpoint_dir=rows_dir,
+            log=run.log,
+        )
+        result = share.result
+        named = tuple(f"{domain}/{label}" for label in labels)  # "domain/label": the router reads the domain off it
+        statistics = DomainStatistics(
+            DomainStatisticsConfig(run.feature_dim, projection.config.width, projection.config.seed, named)
+        )
+        for name, tensor in share.statistics.tensors().items():
+            getattr(statistics, name).copy_(tensor)
+        index = run.space.domains.index(domain)
+        metrics = {
+            "best_val_loss": result.best_val_loss,
+            "epochs": result.epochs,
+            "best_epoch": result.best_epoch,
+            "seconds": result.seconds,
+            "examples": len(train[0]),
+        }
+        for part, module in zip(DOMAIN_PARTS, (share.expert, share.rows, statistics)):
+            meta = ModuleMeta(
+                part[-1], vars(module.config), run.fingerprint, "", run.config.seed, index, metrics=metrics
+            )
+            save_module(dirs[part], module, meta)
+        Checkpoint(rows_dir).remove()
+        return {"domain": domain, "labels": len(labels), "examples": len(train[0]), "epochs": result.epochs}
+
+    return timed(run, "owners", work)
+
+
+@STAGES.register("owners")
+def stage_owners(run, domains: list[str] | None = None) -> dict:
+    """Every domain's modules (or `domains`' by name), one domain at a time (train_domain)."""
+    for domain in domains or ():
+        if domain not in run.space.domains:
+            raise RedkitError(f"--domain {domain!r}: not a domain of {run.dir} ({', '.join(run.space.domains)})")
+    return {domain: train_domain(run, domain) for domain in domains or run.space.domains}
+
+
+def check_stage(config, stage: str, where) -> None:
+    """One line where `stage` is not a stage of a run of `config`'s recipe (before anything is written)."""
+    if is_replay_free(config) and stage not in REPLAY_FREE_PIPELINE:
+        raise RedkitError(
+            f"{where}: stage {stage} trains on pooled data; this run is of the replay-free recipe (its stages: "
+            f"{', '.join(REPLAY_FREE_PIPELINE)})"
+        )
+    if not is_replay_free(config) and stage in set(REPLAY_FREE_PIPELINE) - set(PIPELINE):
+        raise RedkitError(f"{where}: stage {stage} belongs to the replay-free recipe (redkit fit --recipe replay-free)")
