@@ -43,6 +43,7 @@ def owners(tmp_path_factory) -> dict:
         "plan": plan,
         "work": work,
         "manifests": manifests,
+        "labels": labels,
     }
 
 
@@ -130,6 +131,18 @@ def test_over_flower_the_same_modules_as_on_one_machine_and_a_run_the_cli_reads(
     assert abs(float(line.split()[1]) - results["red"]["accuracy"]) < 1e-9
     assert main(["predict", "--bundle", str(out / "bundle"), "how do I cancel my flight"]) == 0
     assert "cancel" in capsys.readouterr().out
+
+
+def test_the_central_joint_trains_every_epoch_and_keeps_the_best_by_the_pooled_val(owners, tmp_path):
+    """Not the first epoch of a longer schedule (a constant validation figure once kept epoch 1 of 3)."""
+    from redkit.federated.federate import joint_central
+
+    result = joint_central(owners["labels"], owners["dirs"], owners["test"], epochs=2, seed=0, cache=tmp_path)
+    history = result["val_by_epoch"]
+    assert result["epochs"] == 2 and len(history) == 2 and result["val_examples"] > 0
+    best = max(range(2), key=lambda e: (history[e]["accuracy"], -history[e]["loss"]))
+    assert result["best_epoch"] == best + 1 and result["val_accuracy"] == history[best]["accuracy"]
+    assert len({h["loss"] for h in history}) == 2  # a validation figure that moves: the epochs are compared
 
 
 TOKEN = "test-admin-token-0123456789"

@@ -11,6 +11,7 @@ et al. 2017) of the `joint` fine-tune, Flower's strategy on the server (flower_a
                ArrayRecord). The frozen layers' states of an owner's texts are computed once, on its machine.
 """
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -21,7 +22,7 @@ from torch.nn import functional as F
 from redkit.backbone import Backbone, BackboneConfig
 from redkit.features import PrefixStates
 from redkit.modules.layers import Classifier
-from redkit.train.loop import TrainConfig, fit
+from redkit.train.loop import FitResult, TrainConfig, fit
 
 EVAL_BATCH = 256
 
@@ -67,6 +68,21 @@ class FineTune:
 
     def train_epoch(self, texts: list[str], labels: list[str], cache: Path, seed: int) -> int:
         """One local epoch on (texts, labels); returns the number of examples (FedAvg's weight)."""
+        # One epoch, no early stopping (nothing to select among): the validation figure is not computed.
+        self.train(texts, labels, cache, seed, validate=lambda: 0.0, desc="fedavg local epoch")
+        return len(labels)
+
+    def train(
+        self,
+        texts: list[str],
+        labels: list[str],
+        cache: Path,
+        seed: int,
+        validate: Callable[[], float | dict],
+        desc: str = "fine-tune",
+    ) -> FitResult:
+        """`self.config.training` on (texts, labels): its epochs, the one `validate` prefers kept (the loop's
+        `select_by`); the model holds it on return."""
         prefix = self.states(cache, texts, "train")
         y = torch.tensor([self.index[label] for label in labels])
         trainable = nn.ModuleDict({"top": self.backbone.top_layers, "classifier": self.classifier})
@@ -76,19 +92,32 @@ class FineTune:
             logits = self.classifier(self.backbone(*prefix.batch(idx, torch.device("cpu"))))
             return F.cross_entropy(logits, y[idx], label_smoothing=smoothing)
 
-        # One epoch, no early stopping (nothing to select among): the validation figure is not computed.
-        fit(
+        result = fit(
             trainable,
             batch_loss,
             len(y),
-            lambda: 0.0,
+            validate,
             self.config.training,
             seed=seed,
-            desc="fedavg local epoch",
+            desc=desc,
             lengths=prefix.lengths(),
         )
         self.backbone.eval()
-        return len(y)
+        return result
+
+    @torch.no_grad()
+    def validation(self, texts: list[str], labels: list[str], cache: Path) -> dict[str, float]:
+        """{"loss", "accuracy"} on (texts, labels), every label one of the model's: what picks a fine-tune's epoch."""
+        prefix = self.states(cache, texts, "val")
+        truth = torch.tensor([self.index[label] for label in labels])
+        order = torch.argsort(prefix.lengths(), stable=True)  # similar lengths pad less
+        logits = torch.empty(len(truth), len(self.labels))
+        for chunk in order.split(EVAL_BATCH):  # in eval mode: the loop sets it before it validates
+            logits[chunk] = self.classifier(self.backbone(*prefix.batch(chunk, torch.device("cpu"))))
+        return {
+            "loss": float(F.cross_entropy(logits, truth)),
+            "accuracy": float((logits.argmax(-1) == truth).float().mean()),
+        }
 
     @torch.no_grad()
     def accuracy(self, texts: list[str], labels: list[str], cache: Path, name: str = "test") -> float:

@@ -102,16 +102,43 @@ def module_digests(run_dir: Path) -> dict[str, str]:
 
 
 def joint_central(labels: tuple[str, ...], owners: list[Path], test: Path, epochs: int, seed: int, cache: Path) -> dict:
-    """The joint fine-tune on every owner's training examples pooled: what no owner may run."""
+    """The joint fine-tune on every owner's training examples pooled: what no owner may run. Every one of its
+    `epochs` is trained (the joint recipe's linear schedule over all of them, no early stop), and the epoch with
+    the best accuracy on every owner's validation examples pooled is kept (ties: val loss)."""
     start = time.perf_counter()
-    train = [r for d in owners for r in load_fit_data(d, Fields(), seed, 0.1).splits["train"]]
+    data = [load_fit_data(d, Fields(), seed, 0.1).splits for d in owners]
+    train, val = ([r for splits in data for r in splits[name]] for name in ("train", "val"))
     config = FedAvgConfig(seed=seed)
-    config.training = replace(config.training, max_epochs=epochs, schedule="linear", warmup_ratio=0.1)
+    config.training = replace(
+        config.training,
+        max_epochs=epochs,
+        patience=epochs,  # no early stop: every epoch it is given
+        schedule="linear",
+        warmup_ratio=0.1,
+        select_by="accuracy",
+    )
     model = FineTune(config, labels)
-    model.train_epoch([r.question for r in train], [r.answer for r in train], cache, seed)
+    val_texts, val_labels = [r.question for r in val], [r.answer for r in val]
+    result = model.train(
+        [r.question for r in train],
+        [r.answer for r in train],
+        cache,
+        seed,
+        validate=lambda: model.validation(val_texts, val_labels, cache),
+        desc="joint (central)",
+    )
     records = read_records(test, Fields(), LabelReader())
     accuracy = model.accuracy([r.question for r in records], [r.answer for r in records], cache)
-    return {"accuracy": accuracy, "epochs": epochs, "examples": len(train), "seconds": time.perf_counter() - start}
+    return {
+        "accuracy": accuracy,
+        "epochs": result.epochs,
+        "best_epoch": result.best_epoch,
+        "val_accuracy": result.best_val_accuracy,
+        "val_by_epoch": [{"accuracy": h["val_accuracy"], "loss": h["val_loss"]} for h in result.history],
+        "examples": len(train),
+        "val_examples": len(val),
+        "seconds": time.perf_counter() - start,
+    }
 
 
 def federate(config: FederateConfig, print_fn=print) -> dict:

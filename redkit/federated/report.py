@@ -66,7 +66,10 @@ def render(results: dict, picture: str | None) -> str:
         )
     if "joint_central" in results:
         j = results["joint_central"]
-        lines.append(f"| joint, centrally (no owner may) | - | {j['accuracy']:.4f} | - | - | {j['seconds']:.0f} |")
+        kept = f"; epoch {j['best_epoch']} of {j['epochs']} kept by the pooled val" if "best_epoch" in j else ""
+        lines.append(
+            f"| joint, centrally (no owner may{kept}) | - | {j['accuracy']:.4f} | - | - | {j['seconds']:.0f} |"
+        )
     if "one_machine" in results:
         lines += [
             "",
