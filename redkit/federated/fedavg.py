@@ -106,26 +106,25 @@ class FineTune:
         return result
 
     @torch.no_grad()
-    def validation(self, texts: list[str], labels: list[str], cache: Path) -> dict[str, float]:
-        """{"loss", "accuracy"} on (texts, labels), every label one of the model's: what picks a fine-tune's epoch."""
-        prefix = self.states(cache, texts, "val")
-        truth = torch.tensor([self.index[label] for label in labels])
+    def logits(self, texts: list[str], cache: Path, name: str) -> torch.Tensor:
+        """(N, C) the model's logits for `texts` (their frozen layers' states cached under `name`)."""
+        prefix = self.states(cache, texts, name)
         order = torch.argsort(prefix.lengths(), stable=True)  # similar lengths pad less
-        logits = torch.empty(len(truth), len(self.labels))
-        for chunk in order.split(EVAL_BATCH):  # in eval mode: the loop sets it before it validates
+        logits = torch.empty(len(texts), len(self.labels))
+        for chunk in order.split(EVAL_BATCH):
             logits[chunk] = self.classifier(self.backbone(*prefix.batch(chunk, torch.device("cpu"))))
+        return logits
+
+    def validation(self, texts: list[str], labels: list[str], cache: Path) -> dict[str, float]:
+        """{"loss", "accuracy"} on (texts, labels), every label one of the model's: what picks a fine-tune's epoch
+        (in eval mode: the loop sets it before it validates)."""
+        truth = torch.tensor([self.index[label] for label in labels])
+        logits = self.logits(texts, cache, "val")
         return {
             "loss": float(F.cross_entropy(logits, truth)),
             "accuracy": float((logits.argmax(-1) == truth).float().mean()),
         }
 
-    @torch.no_grad()
     def accuracy(self, texts: list[str], labels: list[str], cache: Path, name: str = "test") -> float:
-        prefix = self.states(cache, texts, name)
-        truth = torch.tensor([self.index.get(label, -1) for label in labels])
-        order = torch.argsort(prefix.lengths(), stable=True)  # similar lengths pad less
-        right = 0
-        for chunk in order.split(EVAL_BATCH):
-            logits = self.classifier(self.backbone(*prefix.batch(chunk, torch.device("cpu"))))
-            right += int((logits.argmax(dim=-1) == truth[chunk]).sum())
-        return right / len(truth)
+        truth = torch.tensor([self.index.get(label, -1) for label in labels])  # a label it lacks: never right
+        return int((self.logits(texts, cache, name).argmax(-1) == truth).sum()) / len(truth)

@@ -21,15 +21,16 @@ train-expert on a replay-free run (redkit/lifecycle/grow.py) call, and the study
 the same bytes whichever path built them (tests/test_replay_free_recipe.py).
 """
 
+from dataclasses import replace
+
 import torch
 
 from redkit.errors import RedkitError
 from redkit.incremental.owner import owner_seed, train_owner_share
-from redkit.incremental.projection import WIDTH, ProjectionConfig, RandomProjection
 from redkit.modules.layers import Classifier
 from redkit.modules.store import ModuleMeta, module_exists, save_module
 from redkit.names import check_name
-from redkit.routers.gaussian import STATISTICS, DomainStatistics, DomainStatisticsConfig
+from redkit.routers.gaussian import STATISTICS, DomainStatistics, routing_projection
 from redkit.train.loop import Checkpoint
 from redkit.train.stages import PIPELINE, STAGES, timed
 
@@ -124,10 +125,7 @@ def train_domain(run, domain: str) -> dict:
 
     def work() -> dict:
         train, val = (domain_tensors(run, domain, split, labels) for split in ("train", "val"))
-        options = run.config.router_options
-        projection = RandomProjection(
-            ProjectionConfig(run.feature_dim, options.get("width", WIDTH), options.get("seed", 0))
-        )
+        projection = routing_projection(run)
         rows_dir = dirs[("label_rows",)]
         share = train_owner_share(
             domain,
@@ -142,12 +140,9 @@ def train_domain(run, domain: str) -> dict:
             log=run.log,
         )
         result = share.result
-        named = tuple(f"{domain}/{label}" for label in labels)  # "domain/label": the router reads the domain off it
-        statistics = DomainStatistics(
-            DomainStatisticsConfig(run.feature_dim, projection.config.width, projection.config.seed, named)
-        )
-        for name, tensor in share.statistics.tensors().items():
-            getattr(statistics, name).copy_(tensor)
+        # rows named "domain/label": the router reads the domain off them
+        named = replace(share.statistics, labels=tuple(f"{domain}/{label}" for label in labels))
+        statistics = DomainStatistics.of(named, projection, run.feature_dim)
         index = run.space.domains.index(domain)
         metrics = {
             "best_val_loss": result.best_val_loss,

@@ -62,6 +62,20 @@ class DomainStatistics(torch.nn.Module):
     def statistics(self) -> ClassStatistics:
         return ClassStatistics(self.config.labels, self.counts, self.means, self.scatter)
 
+    @classmethod
+    def of(cls, stats: ClassStatistics, projection: RandomProjection, dim: int) -> "DomainStatistics":
+        """`stats` (of φ = `projection` of d-wide features) as a module, its rows named as `stats.labels`."""
+        module = cls(DomainStatisticsConfig(dim, projection.config.width, projection.config.seed, stats.labels))
+        for name, tensor in stats.tensors().items():
+            getattr(module, name).copy_(tensor)
+        return module
+
+
+def routing_projection(run) -> RandomProjection:
+    """φ of the run's router options (width, seed): what every domain's statistics module is of."""
+    options = run.config.router_options
+    return RandomProjection(ProjectionConfig(run.feature_dim, options.get("width", WIDTH), options.get("seed", 0)))
+
 
 @dataclass
 class GaussianRouterConfig:
@@ -104,10 +118,7 @@ class GaussianRouter(RouterBase):
         path = run.module_dir(STATISTICS, domain)
         if module_exists(path):
             return {"skipped": str(path)}
-        options = run.config.router_options
-        projection = RandomProjection(
-            ProjectionConfig(run.feature_dim, options.get("width", WIDTH), options.get("seed", 0))
-        )
+        projection = routing_projection(run)
         h, y, d = run.split_tensors("train")
         own = d == run.space.domains.index(domain)  # (N,) this domain's examples, nobody else's
         if not own.any():
@@ -119,11 +130,7 @@ class GaussianRouter(RouterBase):
         labels = tuple(f"{domain}/{c}" for c in classes.tolist())
         with torch.no_grad():
             stats = ClassStatistics.of(projection(h[own].double()), y, labels)
-        module = DomainStatistics(
-            DomainStatisticsConfig(run.feature_dim, projection.config.width, projection.config.seed, labels)
-        )
-        for name, tensor in stats.tensors().items():
-            getattr(module, name).copy_(tensor)
+        module = DomainStatistics.of(stats, projection, run.feature_dim)
         meta = ModuleMeta(
             STATISTICS,
             vars(module.config),
