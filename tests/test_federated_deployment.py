@@ -5,6 +5,7 @@ directory reaches the processes, which run inside it, as paths they can read."""
 
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -21,7 +22,9 @@ def test_an_older_flower_is_refused_before_any_process_starts(monkeypatch, tmp_p
     monkeypatch.setattr(deployment, "version", lambda name: found)
     settings = Settings("{}", str(tmp_path / "run"), owners=1, rounds=0, owner_work=str(tmp_path / "owners"))
     with pytest.raises(RedkitError, match=rf"needs flwr >= 1\.42, found {found}"):
-        deployment.run_deployment(settings, [tmp_path / "owner"], tmp_path / "deployment", print_fn=lambda *_: None)
+        deployment.run_deployment(
+            settings, {"owner": tmp_path / "owner"}, tmp_path / "deployment", print_fn=lambda *_: None
+        )
     assert not (tmp_path / "deployment").exists()
 
 
@@ -52,7 +55,7 @@ def test_a_relative_run_directory_gives_every_process_paths_it_can_read(monkeypa
     monkeypatch.chdir(tmp_path)
     calls = []
     monkeypatch.setattr(subprocess, "run", lambda args, **kw: calls.append((args, kw)) or Finished())
-    federation = deployment.Federation(Path("runs/fed/deployment"), [], Path("runs/fed/owners"))
+    federation = deployment.Federation(Path("runs/fed/deployment"), {}, Path("runs/fed/owners"))
     federation.logs.mkdir(parents=True)
     settings = Settings("{}", str(tmp_path / "runs/fed"), owners=1, rounds=0, owner_work=str(tmp_path / "owners"))
     federation.submit(1234, settings, timeout=10)
@@ -61,3 +64,68 @@ def test_a_relative_run_directory_gives_every_process_paths_it_can_read(monkeypa
     app, run_config = cwd / args[2], cwd / args[args.index("--run-config") + 1]
     assert (app / "pyproject.toml").is_file() and run_config.is_file()
     assert (cwd / kw["env"]["FLWR_HOME"] / "config.toml").is_file()
+
+
+def test_an_owner_is_named_by_its_node_config_never_by_its_data_directory(tmp_path):
+    """The guide's SuperNodes all keep their data in a directory called "data": each is the owner its node
+    config names; a node config without a name, or with one that is a path, is refused in one line."""
+    import tomllib
+    from flwr.app import Context, RecordDict
+
+    from redkit.federated.flower_app import owner_paths
+
+    def context(node_config: str) -> Context:
+        parsed = tomllib.loads(node_config.replace('" ', '"\n'))
+        return Context(run_id=1, node_id=1, node_config=parsed, state=RecordDict(), run_config={})
+
+    settings = Settings("{}", str(tmp_path / "run"), owners=2)
+    for owner in ("banking", "travel"):
+        config = deployment.node_config(owner, tmp_path / owner / "data", tmp_path / owner / "work")
+        assert owner_paths(context(config), settings) == (owner, tmp_path / owner / "data", tmp_path / owner / "work")
+    unnamed = f"data-dir={deployment.toml_string(str(tmp_path / 'data'))}"
+    for config, says in ((unnamed, 'no "owner"'), ('owner="../x" ' + unnamed, "owner")):
+        with pytest.raises(RedkitError, match=says) as refused:
+            owner_paths(context(config), settings)
+        assert "\n" not in str(refused.value)
+
+
+def test_only_a_registered_owner_key_connects_and_private_keys_stay_private(tmp_path):
+    """The secured deployment: the SuperLink over TLS with SuperNode authentication; a SuperNode holding a key
+    the server registered connects as the node id registered for it, one holding another key does not."""
+    import json
+    import stat
+
+    federation = deployment.Federation(tmp_path / "deployment", {"banking": tmp_path / "banking"}, tmp_path / "work")
+    try:
+        port = federation.start_superlink()
+        registered = federation.register_owners()
+        (node_id,) = registered
+        assert registered == {node_id: "banking"}
+        intruder, _ = deployment.write_owner_key(tmp_path / "elsewhere", "banking")  # the name, not the key
+        for name, key in (("banking", federation.credentials / "owners" / "banking"), ("intruder", intruder)):
+            federation.start(
+                f"supernode-{name}",
+                ["flower-supernode", "--root-certificates", str(federation.tls.ca)]
+                + ["--auth-supernode-private-key", str(key), "--superlink", f"127.0.0.1:{port}"]
+                + ["--port", str(deployment.free_port()), "--node-config", 'owner="banking"'],
+            )
+
+        def online() -> list[str]:
+            done = subprocess.run(
+                ["flwr", "supernode", "list", "redkit", "--format", "json"],
+                env=federation.env,
+                capture_output=True,
+                text=True,
+                cwd=federation.root,
+            )
+            return [n["node-id"] for n in json.loads(done.stdout)["nodes"] if n["status"] == "online"]
+
+        deadline = time.monotonic() + 60
+        while not online() and time.monotonic() < deadline:
+            time.sleep(1)
+        time.sleep(3)  # the intruder has had as long as the genuine node took
+        assert online() == [node_id]
+    finally:
+        federation.stop()
+    for private in (federation.tls.key, federation.credentials / "owners" / "banking"):
+        assert stat.S_IMODE(private.stat().st_mode) == 0o600

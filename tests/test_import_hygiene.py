@@ -12,11 +12,16 @@ import pytest
 pytestmark = pytest.mark.slow  # each test starts Python processes that import torch
 
 # Snapshot torch's global state and the environment after importing the libraries redkit builds on
-# (scikit-learn sets KMP_* and peft TORCHINDUCTOR_CACHE_DIR on import: theirs, not redkit's), import
+# (scikit-learn sets KMP_* and peft TORCHINDUCTOR_CACHE_DIR on import, Flower GRPC_VERBOSITY: theirs, not redkit's;
+# run alone this test saw Flower's, which the suite's earlier federated tests had already put in its environment), import
 # every module of redkit and of the paper's experiments found on disk (the CLI is an entry point and serve/ an
 # extra: left out), snapshot again, print both.
 PROBE = r"""
 import importlib, json, os, pathlib, torch, sklearn, transformers, peft
+try:
+    import flwr.app  # the federated extra
+except ImportError:
+    pass
 def state():
     return {"env": dict(os.environ), "threads": torch.get_num_threads(), "interop": torch.get_num_interop_threads(),
             "deterministic": torch.are_deterministic_algorithms_enabled(), "dtype": str(torch.get_default_dtype()),

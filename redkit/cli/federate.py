@@ -14,7 +14,19 @@ def _options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", required=True, type=Path, help="the federation's directory (RUN/model is the run)")
     p.add_argument("--runtime", default="simulation", choices=("simulation", "deployment"))
     p.add_argument("--rounds", type=int, default=10, help="FedAvg's rounds (0: RED alone)")
+    p.add_argument(
+        "--round-timeout",
+        type=float,
+        default=600.0,
+        metavar="SECONDS",
+        help="how long a round waits for its owners' replies; an owner later than that is left out of it (default 600)",
+    )
     p.add_argument("--joint-epochs", type=int, default=3, help="the central joint fine-tune's epochs (0: not run)")
+    p.add_argument(
+        "--insecure",
+        action="store_true",
+        help="deployment runtime: no TLS and no SuperNode authentication (by default each owner's key is registered)",
+    )
     p.add_argument("--no-one-machine", action="store_true", help="skip the same recipe in one process")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument(
@@ -40,20 +52,27 @@ def run(args) -> None:
     token = os.environ.get(args.admin_token_env, "") if args.push else ""
     if args.push and not token:
         raise RedkitError(f"--push needs the server's admin token in environment variable {args.admin_token_env}")
+    if args.round_timeout <= 0:
+        raise RedkitError(f"--round-timeout must be positive, not {args.round_timeout:g}")
     config = FederateConfig(
-        str(args.data),
-        str(args.out),
-        args.runtime,
-        args.rounds,
-        args.seed,
-        args.joint_epochs,
-        not args.no_one_machine,
-        args.push,
-        token,
+        data_dir=str(args.data),
+        out=str(args.out),
+        runtime=args.runtime,
+        rounds=args.rounds,
+        seed=args.seed,
+        round_timeout=args.round_timeout,
+        joint_epochs=args.joint_epochs,
+        one_machine=not args.no_one_machine,
+        insecure=args.insecure,
+        push=args.push,
+        admin_token=token,
     )
     results = federate(config)
     red = results["red"]
     print(f"RED, one round: accuracy {red['accuracy']:.4f}, {red['bytes_up']:,} bytes up, {red['bytes_down']:,} down")
     for r in results["fedavg"]:
-        print(f"FedAvg round {r['round']}: accuracy {r.get('accuracy', float('nan')):.4f}")
+        left_out = f", left out: {', '.join(r['missing'])}" if r.get("missing") else ""
+        print(f"FedAvg round {r['round']}: accuracy {r.get('accuracy', float('nan')):.4f}{left_out}")
+    if "fedavg_failed" in results:
+        print(f"FedAvg stopped: {results['fedavg_failed']}")
     print(f"wrote {args.out}/results.json and report.md")

@@ -28,6 +28,7 @@ from redkit.errors import RedkitError
 from redkit.federated.owner import FORMAT, MANIFEST, PARTS
 from redkit.federated.plan import FederationPlan, write_host
 from redkit.federated.upload import SIZE_LIMIT
+from redkit.federated.validate import validate
 from redkit.fitting.config import FitConfig
 from redkit.fitting.data import FitData
 from redkit.fitting.run import FEDERATION, FitRun
@@ -47,10 +48,17 @@ class Accepted:
 
 
 def check(
-    received: dict[str, bytes], plan: FederationPlan, owner: str, work: Path, limit: int = SIZE_LIMIT
+    received: dict[str, bytes],
+    plan: FederationPlan,
+    owner: str,
+    work: Path,
+    limit: int = SIZE_LIMIT,
+    others: list[Accepted] = (),
 ) -> Accepted:
-    """The contribution `received` from `owner`, checked and staged in work/<owner>; one line naming what is
-    wrong otherwise, and nothing written."""
+    """The contribution `received` from `owner`, checked and staged in work/<owner> (replacing that owner's
+    earlier one, and only it); one line naming what is wrong otherwise, and nothing written. `others`: the
+    contributions accepted so far; one that gives a domain or a label of another owner's is refused here,
+    before it is staged, so the accepted ones always assemble."""
     where = f"owner {owner!r}"
     check_name(owner, "owner", "contribution")
     size = sum(len(b) for b in received.values())
@@ -76,6 +84,10 @@ def check(
     rows = manifest.get("label_rows")
     if not isinstance(rows, dict) or set(rows) != set(domains):
         raise RedkitError(f"{where}: {MANIFEST} field 'label_rows' must give each of its domains' labels")
+    for domain, labels in rows.items():
+        if not isinstance(labels, list) or not labels or not all(isinstance(x, str) for x in labels):
+            raise RedkitError(f"{where}: {MANIFEST} field 'label_rows' of {domain!r} must be a list of label names")
+    refuse_conflicts(owner, manifest, others)
     if manifest.get("fingerprint") != plan.fingerprint:
         raise RedkitError(
             f"{where}: trained on backbone {manifest.get('fingerprint')}, the federation's is {plan.fingerprint}"
@@ -106,16 +118,41 @@ def check(
             if file_digest(staging / relative) != entry.get("sha256"):
                 raise RedkitError(f"{where}: file {relative!r} does not have the sha256 its manifest gives")
         for module in sorted({str(Path(r).parent) for r in manifest["files"]}):
-            _, meta = load_module(staging / module, plan.fingerprint)  # its own fingerprint, and loadable
+            try:
+                _, meta = load_module(staging / module, plan.fingerprint)  # its own fingerprint, and loadable
+            except RedkitError as err:  # said of the owner's file, not of the server's staging folder
+                raise RedkitError(f"{where}: {str(err).replace(f'{staging}/', '')}") from None
             if meta.config.get("dim") != manifest.get("dim"):
                 raise RedkitError(
                     f"{where}: {module} is of width {meta.config.get('dim')}, its manifest says {manifest.get('dim')}"
                 )
+        validate(staging, manifest, plan, where)  # what the files hold: label rows, statistics (validate.py)
         target = Path(work) / owner
         install_module(staging, target)  # one rename: an owner's earlier contribution is replaced whole
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return Accepted(owner, target, manifest)
+
+
+def refuse_conflicts(owner: str, manifest: dict, others: list[Accepted]) -> None:
+    """A domain or a label of `manifest` that another owner's accepted contribution already has: refused in one
+    line (the owner's own earlier contribution is the one this replaces, so it is no conflict)."""
+    domain_owner, label_owner = {}, {}
+    for a in others:
+        if a.owner != owner:
+            for domain in a.manifest["domains"]:
+                domain_owner[domain] = a.owner
+                label_owner.update({label: (a.owner, domain) for label in a.manifest["label_rows"][domain]})
+    for domain in manifest["domains"]:
+        if domain in domain_owner:
+            raise RedkitError(f"owner {owner!r}: domain {domain!r} is owner {domain_owner[domain]!r}'s; one owner each")
+        for label in manifest["label_rows"][domain]:
+            if label in label_owner:
+                holder, theirs = label_owner[label]
+                raise RedkitError(
+                    f"owner {owner!r}: label {label!r} of domain {domain!r} is in owner {holder!r}'s domain "
+                    f"{theirs!r}; a label belongs to one domain"
+                )
 
 
 def accepted_in(directory: Path) -> list[Accepted]:

@@ -1,5 +1,5 @@
 """Flower's deployment runtime on this machine: one `flower-superlink`, one `flower-supernode` per owner (each
-given only its own data directory in its node config), and `flwr run` of redkit's app (flower_app.py).
+given only its name and its own data directory in its node config), and `flwr run` of redkit's app (flower_app.py).
 
     RUN/deployment/app/pyproject.toml    the Flower app: its components are redkit.federated.flower_app's
                                          `server` and `client`; the run config's "settings" is the Settings JSON
@@ -22,12 +22,15 @@ import subprocess
 import sys
 import threading
 import time
+from dataclasses import replace
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
 from redkit.atomic import write_text
 from redkit.errors import RedkitError
+from redkit.federated.credentials import write_owner_key, write_tls
 from redkit.federated.flower_app import Settings
+from redkit.names import check_name
 
 APP = """\
 [build-system]
@@ -110,19 +113,21 @@ def toml_string(value: str) -> str:
     return json.dumps(value)
 
 
-def node_config(data: Path, work: Path) -> str:
-    """`--node-config`: the owner's data and work directories, and nothing else of the federation's."""
-    return f"data-dir={toml_string(str(data))} work-dir={toml_string(str(work))}"
+def node_config(owner: str, data: Path, work: Path) -> str:
+    """`--node-config`: the owner's name, data and work directories, and nothing else of the federation's."""
+    return f"owner={toml_string(owner)} data-dir={toml_string(str(data))} work-dir={toml_string(str(work))}"
 
 
 class Federation:
     """The processes of one deployment on 127.0.0.1, each in its own process group (a SuperNode's ClientApps
     are its children): `stop` ends every group."""
 
-    def __init__(self, root: Path, owners: list[Path], owner_work: Path):
+    def __init__(self, root: Path, owners: dict[str, Path], owner_work: Path, secure: bool = True):
         # Absolute: every process runs in `root`, where a relative path (`--out runs/fed`) would be read twice.
         self.root, self.owner_work = root.resolve(), owner_work.resolve()
-        self.owners = [data.resolve() for data in owners]
+        self.owners = {
+            check_name(name, "owner", "the deployment's owners"): data.resolve() for name, data in owners.items()
+        }
         self.logs = self.root / "logs"
         bin_dir = str(Path(sys.executable).parent)  # the SuperLink and SuperNodes start flower-superexec from PATH
         self.env = {
@@ -132,6 +137,9 @@ class Federation:
             "FLWR_DISABLE_UPDATE_CHECK": "1",
         }
         self.processes: dict[str, subprocess.Popen] = {}
+        # secure: TLS to the SuperLink and each SuperNode authenticated by its owner's key (credentials.py)
+        self.secure, self.credentials = secure, self.root / "credentials"
+        self.tls = write_tls(self.credentials, "127.0.0.1") if secure else None
 
     def start(self, name: str, args: list[str], env: dict | None = None) -> subprocess.Popen:
         self.logs.mkdir(parents=True, exist_ok=True)
@@ -160,37 +168,60 @@ class Federation:
                 process.wait()
 
     def start_superlink(self) -> int:
+        """The SuperLink, listening; its address (and CA) written where `flwr` reads its connections."""
         port = free_port()
+        if self.secure:
+            tls = self.tls
+            secured = ["--ssl-ca-certfile", str(tls.ca), "--ssl-certfile", str(tls.certificate)]
+            secured += ["--ssl-keyfile", str(tls.key), "--enable-supernode-auth"]  # registered keys only
+        else:
+            secured = ["--insecure"]
         link = self.start(
             "superlink",
-            [
-                "flower-superlink",
-                "--insecure",
-                "--disable-runtime-dependency-installation",
-                "--host",
-                "127.0.0.1",
-                "--port",
-                str(port),
-            ],
+            ["flower-superlink", *secured, "--disable-runtime-dependency-installation"]
+            + ["--host", "127.0.0.1", "--port", str(port)],
         )
         wait_for_port(port, link, "flower-superlink", self.logs / "superlink.log")
+        trust = f"root-certificates = {toml_string(str(self.tls.ca))}" if self.secure else "insecure = true"
+        write_text(
+            self.root / "flwr-home" / "config.toml",
+            f'[superlink]\ndefault = "redkit"\n\n[superlink.redkit]\naddress = "127.0.0.1:{port}"\n{trust}\n',
+        )
         return port
 
+    def register_owners(self) -> dict[str, str]:
+        """{node id: owner}: each owner's public key registered with the SuperLink (`flwr supernode register`),
+        which answers with the node id that key will connect as. Only these keys may connect."""
+        registered = {}
+        for owner in self.owners:
+            _, public = write_owner_key(self.credentials / "owners", owner)
+            done = subprocess.run(
+                ["flwr", "supernode", "register", str(public), "redkit", "--format", "json"],
+                env=self.env,
+                capture_output=True,
+                text=True,
+                cwd=self.root,
+                timeout=60,
+            )
+            try:
+                registered[str(json.loads(done.stdout)["node-id"])] = owner
+            except (ValueError, KeyError, TypeError):
+                why = (done.stdout + done.stderr).strip().splitlines()[-1:] or ["no output"]
+                raise RedkitError(f"flwr supernode register of owner {owner!r}'s key failed: {why[0]}") from None
+        return registered
+
     def start_supernodes(self, link_port: int) -> None:
-        for data in self.owners:
+        for owner, data in self.owners.items():
+            if self.secure:
+                key = self.credentials / "owners" / owner  # its private key: the node id it was registered as
+                secured = ["--root-certificates", str(self.tls.ca), "--auth-supernode-private-key", str(key)]
+            else:
+                secured = ["--insecure"]
             self.start(
-                f"supernode-{data.name}",
-                [
-                    "flower-supernode",
-                    "--insecure",
-                    "--superlink",
-                    f"127.0.0.1:{link_port}",
-                    "--port",
-                    str(free_port()),
-                    "--node-config",
-                    node_config(data, self.owner_work / data.name),
-                ],
-                env=ONE_CORE_EACH | {"FLWR_HOME": str(self.root / "nodes" / data.name)},  # its own, as on its machine
+                f"supernode-{owner}",
+                ["flower-supernode", *secured, "--superlink", f"127.0.0.1:{link_port}", "--port", str(free_port())]
+                + ["--node-config", node_config(owner, data, self.owner_work / owner)],
+                env=ONE_CORE_EACH | {"FLWR_HOME": str(self.root / "nodes" / owner)},  # its own, as on its machine
             )
 
     def submit(self, link_port: int, settings: Settings, timeout: float) -> None:
@@ -199,10 +230,6 @@ class Federation:
         write_text(app / "pyproject.toml", APP)
         run_config = self.root / "run-config.toml"
         write_text(run_config, f"settings = {toml_string(settings.to_json())}\n")
-        write_text(
-            self.root / "flwr-home" / "config.toml",
-            f'[superlink]\ndefault = "redkit"\n\n[superlink.redkit]\naddress = "127.0.0.1:{link_port}"\ninsecure = true\n',
-        )
         with open(self.logs / "flwr-run.log", "ab") as log:
             try:
                 done = subprocess.run(
@@ -226,16 +253,21 @@ def with_group(process: subprocess.Popen, sig: int) -> None:
         pass
 
 
-def run_deployment(settings: Settings, owners: list[Path], root: Path, print_fn=print, watch=None) -> dict:
+def run_deployment(
+    settings: Settings, owners: dict[str, Path], root: Path, print_fn=print, watch=None, secure: bool = True
+) -> dict:
     """The whole federation as processes on 127.0.0.1, stopped when the run ends; seconds {"start": until the
-    SuperLink listened and every SuperNode was started, "run": `flwr run` from submitting the app to the run's
-    end, "stop": the processes' exit}. `watch(federation)`, if given, runs beside the run in a thread (the fault
-    tests kill an owner with it)."""
+    SuperLink listened, every owner's key was registered and every SuperNode was started, "run": `flwr run` from
+    submitting the app to the run's end, "stop": the processes' exit}. `watch(federation)`, if given, runs beside
+    the run in a thread (the fault tests kill an owner with it). secure: TLS and SuperNode authentication (each
+    owner's key registered); False: plain HTTP and any node may connect (Flower's --insecure)."""
     require_flower()
-    seconds, processes = {}, Federation(root, owners, Path(settings.owner_work))
+    seconds, processes = {}, Federation(root, owners, Path(settings.owner_work), secure)
     try:
         start = time.perf_counter()
         port = processes.start_superlink()
+        if secure:  # the server then checks that each node says it is the owner whose key it holds
+            settings = replace(settings, registered=processes.register_owners())
         processes.start_supernodes(port)
         seconds["start"] = time.perf_counter() - start
         print_fn(f"flower-superlink on 127.0.0.1:{port}, {len(owners)} flower-supernodes ({seconds['start']:.1f} s)")
@@ -250,4 +282,4 @@ def run_deployment(settings: Settings, owners: list[Path], root: Path, print_fn=
         seconds["stop"] = time.perf_counter() - stopping
     if not (Path(settings.run_dir) / "federation" / "server.json").is_file():
         raise RedkitError(f"the Flower server app ended without its results (see {root / 'logs'})")
-    return {"seconds": seconds, "processes": len(processes.processes)}
+    return {"seconds": seconds, "processes": len(processes.processes), "secure": secure}

@@ -45,8 +45,11 @@ class FederateConfig:
     runtime: str = "simulation"
     rounds: int = 10  # FedAvg's (at least 10 for the comparison; 0: RED only)
     seed: int = 0
+    round_timeout: float = 600.0  # seconds a round waits for its owners' replies; the late are left out of it
     joint_epochs: int = 3  # joint_central: the joint fine-tune on the pooled data, the bound no owner may run
     one_machine: bool = True  # the same recipe in one process, for same_modules
+    insecure: bool = False  # deployment runtime: plain HTTP and any node may connect (no TLS, no registered keys)
+    drill: dict[str, int] = field(default_factory=dict)  # {owner: FedAvg round}: its app fails then (fault tests)
     push: str = ""  # a running `redkit serve --run` (URL) that gets each contribution accepted now ("": none)
     admin_token: str = field(default="", repr=False)  # its admin token (from the environment; never recorded)
 
@@ -57,7 +60,8 @@ class FederateConfig:
 
 def split_owners(data_dir: Path, out: Path, seed: int) -> tuple[list[Path], Path, tuple[str, ...]]:
     """DIR (fit files or CLINC150's data_full.json) split into one directory per domain (train and val) and the
-    test split kept apart; (owner directories, test file, labels)."""
+    test split kept apart; (owner directories, test file, labels). Each owner is named for its one domain
+    (`owner_names`): the name every node is given, as an owner's is on its own machine."""
     fmt = "clinc150" if (Path(data_dir) / "data_full.json").is_file() else "files"
     data = load_run_data(Path(data_dir), fmt, Fields(), seed, 0.1)
     owners = []
@@ -73,6 +77,12 @@ def split_owners(data_dir: Path, out: Path, seed: int) -> tuple[list[Path], Path
     return owners, test, tuple(data.labels)
 
 
+def owner_names(directories: list[Path]) -> dict[str, Path]:
+    """{owner: its data directory} of split_owners' directories: owner i is named for its domain, whose name
+    split_owners gave its directory (checked there, and again here: a name becomes a path)."""
+    return {check_name(d.name, "owner", "the experimenter's split"): d for d in directories}
+
+
 def in_scope_accuracy(run_dir: Path, test: Path, compositions: tuple[str, ...] = ("red",)) -> dict[str, float]:
     """{composition: accuracy} of the run on the test file (its features encoded once)."""
     from redkit.api import load
@@ -80,14 +90,14 @@ def in_scope_accuracy(run_dir: Path, test: Path, compositions: tuple[str, ...] =
     return {name: m["accuracy"] for name, m in load(run_dir).evaluate(test, list(compositions)).items()}
 
 
-def one_machine(plan: FederationPlan, owners: list[Path], out: Path, print_fn=print) -> dict:
+def one_machine(plan: FederationPlan, owners: dict[str, Path], out: Path, print_fn=print) -> dict:
     """Every owner's contribution computed here, one after the other, and assembled as the server does."""
     start = time.perf_counter()
     accepted_dir = out / "accepted"
     accepted_dir.mkdir(parents=True, exist_ok=True)
-    for data in owners:
-        manifest = train_contribution(plan, data, out / "owners" / data.name, print_fn=lambda *_: None)
-        check(package(out / "owners" / data.name, manifest), plan, data.name, accepted_dir)
+    for name, data in owners.items():
+        manifest = train_contribution(plan, data, out / "owners" / name, print_fn=lambda *_: None)
+        check(package(out / "owners" / name, manifest), plan, name, accepted_dir, others=accepted_in(accepted_dir))
     shutil.rmtree(out / "model", ignore_errors=True)  # an earlier command's: assembled again from every contribution
     assemble(plan, accepted_in(accepted_dir), out / "model", print_fn)
     return {"seconds": time.perf_counter() - start}
@@ -144,7 +154,8 @@ def joint_central(labels: tuple[str, ...], owners: list[Path], test: Path, epoch
 def federate(config: FederateConfig, print_fn=print) -> dict:
     out = Path(config.out)
     out.mkdir(parents=True, exist_ok=True)
-    owners, test, labels = split_owners(Path(config.data_dir), out, config.seed)
+    directories, test, labels = split_owners(Path(config.data_dir), out, config.seed)
+    owners = owner_names(directories)
     plan = FederationPlan.of(seed=config.seed)
     settings = Settings(
         plan=plan.to_json(),
@@ -154,13 +165,16 @@ def federate(config: FederateConfig, print_fn=print) -> dict:
         labels=list(labels),
         test=str(test.resolve()),
         owner_work=str((out / "owners").resolve()),
+        round_timeout=config.round_timeout,
+        drill=dict(config.drill),
     )
-    print_fn(f"{len(owners)} owners ({', '.join(d.name for d in owners)}), runtime {config.runtime}")
+    print_fn(f"{len(owners)} owners ({', '.join(owners)}), runtime {config.runtime}")
     wall, processes = time.perf_counter(), None
-    if config.runtime == "simulation":  # partition i reads owner i's directory; a SuperNode is given its own
-        run_simulation(replace(settings, owner_dirs=[str(d.resolve()) for d in owners]))
+    if config.runtime == "simulation":  # partition i is owner i; a SuperNode is given its own name and data
+        names, dirs = list(owners), [str(d.resolve()) for d in owners.values()]
+        run_simulation(replace(settings, owner_names=names, owner_dirs=dirs))
     else:
-        processes = run_deployment(settings, owners, out / "deployment", print_fn)
+        processes = run_deployment(settings, owners, out / "deployment", print_fn, secure=not config.insecure)
     server = read_json(out / "federation" / "server.json", "the federation server's results")
     red = server["red"]
     accuracy = in_scope_accuracy(out / "model", test, ("red", "red_per_domain"))
@@ -173,6 +187,7 @@ def federate(config: FederateConfig, print_fn=print) -> dict:
         "wall_seconds": time.perf_counter() - wall,
         **({"deployment": processes} if processes else {}),
         "fedavg": server["fedavg"],
+        **({"fedavg_failed": server["fedavg_failed"]} if "fedavg_failed" in server else {}),
     }
     if config.one_machine:
         same = one_machine(plan, owners, out / "one-machine", print_fn)
@@ -183,7 +198,7 @@ def federate(config: FederateConfig, print_fn=print) -> dict:
         results["modules_compared"] = len(digests)
     if config.joint_epochs:
         results["joint_central"] = joint_central(
-            labels, owners, test, config.joint_epochs, config.seed, out / "fedavg-cache"
+            labels, list(owners.values()), test, config.joint_epochs, config.seed, out / "fedavg-cache"
         )
     results["config"] = asdict(config) | {"admin_token": "<not recorded>" if config.admin_token else ""}
     results["provenance"] = provenance()

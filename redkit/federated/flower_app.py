@@ -2,7 +2,7 @@
 owner), over Flower's messages (RecordDict: ArrayRecord, ConfigRecord, MetricRecord) and nothing else.
 
     server                                            owner (one per SuperNode, its data only)
-    query.owner   ─────── who are you? ──────────────► its name (its data directory's)
+    query.owner   ─────── who are you? ──────────────► its name (given to it: its node config's "owner")
     train.red     ─────── the plan (plan.py) ────────► train_contribution (owner.py) on its data
                   ◄────── module files + manifest ────  (an ArrayRecord of uint8 arrays, one per file)
       check each (assemble.py), assemble the accepted into RUN/model, export RUN/bundle
@@ -12,10 +12,17 @@ owner), over Flower's messages (RecordDict: ArrayRecord, ConfigRecord, MetricRec
 Settings reach both sides two ways: the simulation runtime builds the apps around a `Settings` (closures,
 `apps(settings)`); the deployment runtime (`flwr run`) loads the module-level `server` and `client`, which read
 the same settings from the run config (key "settings": Settings as JSON) and each SuperNode's node config
-("data-dir": its own data, "work-dir": where it keeps its work).
+("owner": its name, "data-dir": its own data, "work-dir": where it keeps its work). An owner's name is always
+given (never read off a directory: two owners' data directories may both be called "data"), and two nodes that
+give one name are both refused before anything of theirs is staged.
+
+Faults: each round (RED's, each of FedAvg's) waits `round_timeout` seconds for its replies at most; an owner whose process dies (or that
+does not answer in time) is left out of that round, named in the results, and the round goes on with the
+others. RED's results are written before FedAvg starts, so nothing FedAvg does can lose them.
 """
 
 import json
+import re
 import shutil
 import time
 from dataclasses import asdict, dataclass, field
@@ -47,10 +54,14 @@ class Settings:
     rounds: int = 10  # FedAvg's; 0: RED only
     labels: list[str] = field(default_factory=list)  # FedAvg's output layer (agreed label names)
     test: str = ""  # the experimenter's test file, for FedAvg's accuracy after every round ("": none)
+    owner_names: list[str] = field(default_factory=list)  # simulation: partition i's owner name
     owner_dirs: list[str] = field(default_factory=list)  # simulation: partition i's data directory
     owner_work: str = ""  # simulation: where owner i keeps its work (OWNER_WORK/<owner>)
-    timeout: float = 3600.0  # seconds the server waits for a round's replies
+    timeout: float = 3600.0  # seconds the server waits for every owner to connect
+    round_timeout: float = 600.0  # seconds a round (RED's, each of FedAvg's) waits for replies; the late left out
     size_limit: int = SIZE_LIMIT  # bytes a contribution may have
+    drill: dict[str, int] = field(default_factory=dict)  # {owner: FedAvg round}: its app fails in that round
+    registered: dict[str, str] = field(default_factory=dict)  # {node id: owner} whose key it was registered with
 
     def to_json(self) -> str:
         return json.dumps(asdict(self))
@@ -65,15 +76,19 @@ class Settings:
 
 def owner_paths(context: Context, settings: Settings) -> tuple[str, Path, Path]:
     """(owner name, its data directory, its work directory): the SuperNode's node config where given
-    (deployment), else partition i of the settings' owners (simulation)."""
+    (deployment: "owner", "data-dir", "work-dir"), else partition i of the settings' owners (simulation)."""
     config = context.node_config
     if "data-dir" in config:
+        if "owner" not in config:
+            raise RedkitError('this SuperNode\'s --node-config has no "owner": give the owner\'s name (owner="NAME")')
+        name = check_name(str(config["owner"]), "owner", "the SuperNode's --node-config")
         data = Path(str(config["data-dir"]))
-        work = Path(str(config.get("work-dir", data.parent / f"{data.name}.work")))
+        work = Path(str(config.get("work-dir", data.parent / f"{name}.work")))
     else:
-        data = Path(settings.owner_dirs[int(config["partition-id"])])
-        work = Path(settings.owner_work) / data.name
-    return check_name(data.name, "owner", f"data directory {data}"), data, work
+        partition = int(config["partition-id"])
+        name = check_name(settings.owner_names[partition], "owner", "the simulation's owners")
+        data, work = Path(settings.owner_dirs[partition]), Path(settings.owner_work) / name
+    return name, data, work
 
 
 def client_app(settings: Settings | None = None) -> ClientApp:
@@ -106,12 +121,14 @@ def client_app(settings: Settings | None = None) -> ClientApp:
         from redkit.federated.plan import FederationPlan
 
         s = resolved(context)
-        _, data, work = owner_paths(context, s)
+        name, data, work = owner_paths(context, s)
+        round_ = int(message.content["config"]["server-round"])
+        if s.drill.get(name) == round_:  # a fault drill: this owner fails mid-round (the tests' killed owner)
+            raise RuntimeError(f"fault drill: owner {name} fails in FedAvg round {round_}")
         plan = FederationPlan.from_json(s.plan)
         train = load_fit_data(data, Fields(), plan.seed, plan.val_fraction).splits["train"]
         model = FineTune(FedAvgConfig(seed=plan.seed), tuple(s.labels))
         model.load(message.content["arrays"].to_torch_state_dict())
-        round_ = int(message.content["config"]["server-round"])
         n = model.train_epoch([r.question for r in train], [r.answer for r in train], work / "fedavg-cache", round_)
         content = {"arrays": ArrayRecord(model.state()), "metrics": MetricRecord({"num-examples": n})}
         return Message(RecordDict(content), reply_to=message)
@@ -131,6 +148,14 @@ def wait_for_owners(grid: Grid, count: int, timeout: float) -> list[int]:
     return sorted(nodes)
 
 
+def failure(reply: Message) -> str:
+    """Why a reply is an error, in one line: the last line of its reason (Ray's carry a whole traceback, whose
+    last line is the exception the owner's app raised), without terminal colours, at most 200 characters."""
+    lines = [line.strip() for line in re.sub(r"\x1b\[[0-9;]*m", "", str(reply.error.reason)).splitlines()]
+    reason = next((line for line in reversed(lines) if line.strip("'>")), "").rstrip("'>")
+    return f"its round failed: {reason[:200]}{'...' if len(reason) > 200 else ''}"
+
+
 def content_bytes(content: RecordDict) -> int:
     """What a message's records weigh (Flower's own count_bytes of each record: arrays' data and keys)."""
     return sum(record.count_bytes() for record in content.values())
@@ -147,6 +172,32 @@ def ask(grid: Grid, nodes: list[int], kind: str, content: RecordDict, timeout: f
     return {node_of[r.metadata.reply_to_message_id]: r for r in replies}, sent
 
 
+def owners_of(
+    grid: Grid, nodes: list[int], timeout: float, registered: dict[str, str]
+) -> tuple[dict[int, str], dict, dict]:
+    """({node: its owner's name}, refused, missing): every node asked who it is (unique_names)."""
+    replies, _ = ask(grid, nodes, "query.owner", RecordDict(), timeout)
+    named = {n: str(r.content["owner"]["owner"]) for n, r in replies.items() if not r.has_error()}
+    missing = {f"node {n}": "did not say who it is" for n in nodes if n not in named}
+    return *unique_names(named, registered), missing
+
+
+def unique_names(named: dict[int, str], registered: dict[str, str]) -> tuple[dict[int, str], dict[str, str]]:
+    """({node: name} of the names one node gives, {name: why refused}), before anything of theirs is staged: a
+    name two nodes give is refused for both (neither can be told from the other: a name is an owner's identity),
+    and where keys were registered ({node id: owner}), a node that gives a name other than its key's."""
+    refused = {}
+    for node, name in sorted(named.items()):
+        if registered and registered.get(str(node)) != name:
+            holder = registered.get(str(node))
+            refused[name] = f"node {node} gives the owner name {name!r}, but its key is {holder!r}'s"
+    for name in sorted(set(named.values())):
+        claimed_by = sorted(n for n, given in named.items() if given == name)
+        if len(claimed_by) > 1:
+            refused[name] = f"{len(claimed_by)} nodes ({', '.join(map(str, claimed_by))}) give the owner name {name!r}"
+    return {n: name for n, name in named.items() if name not in refused}, refused
+
+
 def red_round(grid: Grid, nodes: list[int], settings: Settings, print_fn=print) -> dict:
     """RED's one round: every owner not yet accepted trains and sends its contribution; each is checked and
     the accepted ones (this round's and earlier rounds', RUN/accepted) assembled into RUN/model and RUN/bundle."""
@@ -159,32 +210,30 @@ def red_round(grid: Grid, nodes: list[int], settings: Settings, print_fn=print) 
     run, plan = Path(settings.run_dir), FederationPlan.from_json(settings.plan)
     accepted_dir = run / "accepted"
     accepted_dir.mkdir(parents=True, exist_ok=True)
-    replies, _ = ask(grid, nodes, "query.owner", RecordDict(), settings.timeout)
-    owner_of = {n: str(r.content["owner"]["owner"]) for n, r in replies.items() if not r.has_error()}
+    owner_of, refused, missing = owners_of(grid, nodes, settings.round_timeout, settings.registered)
     done = {a.owner for a in accepted_in(accepted_dir)}
     todo = [n for n in nodes if n in owner_of and owner_of[n] not in done]
     phases = {"owners answered who they are": time.perf_counter() - start}
     replies, down = ask(
-        grid, todo, "train.red", RecordDict({"plan": ConfigRecord({"plan": settings.plan})}), settings.timeout
+        grid, todo, "train.red", RecordDict({"plan": ConfigRecord({"plan": settings.plan})}), settings.round_timeout
     )
-    up, missing, refused = 0, {}, {}
-    for node, reply in replies.items():
+    up = 0
+    # Checked in the order of the owners' names, each against every contribution accepted before it: which of
+    # two owners claiming one domain is refused depends on their names, never on whose reply came first.
+    for node, reply in sorted(replies.items(), key=lambda item: owner_of[item[0]]):
         owner = owner_of[node]
         if reply.has_error():
-            missing[owner] = f"its round failed: {reply.error.reason}"
+            missing[owner] = failure(reply)
             continue
         up += content_bytes(reply.content)
         files = {rel: array.numpy().tobytes() for rel, array in reply.content["files"].items()}
         try:
-            check(files, plan, owner, accepted_dir, settings.size_limit)
+            check(files, plan, owner, accepted_dir, settings.size_limit, others=accepted_in(accepted_dir))
         except RedkitError as err:
             refused[owner] = str(err)
     for node in todo:
         if node not in replies:
-            missing[owner_of[node]] = f"no reply within {settings.timeout:.0f} s"
-    for node in nodes:
-        if node not in owner_of:
-            missing[f"node {node}"] = "did not say who it is"
+            missing[owner_of[node]] = f"no reply within {settings.round_timeout:.0f} s"
     for owner, why in {**missing, **refused}.items():
         print_fn(f"owner {owner}: left out ({why}); it can join later: run the same command again")
     phases["contributions trained, sent and checked"] = time.perf_counter() - start
@@ -201,6 +250,7 @@ def red_round(grid: Grid, nodes: list[int], settings: Settings, print_fn=print) 
     return {
         "owners": {a.owner: list(a.manifest["domains"]) for a in accepted},
         "domains": list(model.space.domains),
+        "nodes": {str(n): name for n, name in sorted(owner_of.items())},  # who each node said it is
         "sent_now": sorted(owner_of[n] for n in todo if owner_of[n] not in missing and owner_of[n] not in refused),
         "missing": missing,
         "refused": refused,
@@ -213,29 +263,47 @@ def red_round(grid: Grid, nodes: list[int], settings: Settings, print_fn=print) 
 
 
 class MeteredFedAvg(FedAvg):
-    """Flower's FedAvg, counting the bytes of every message it sends and receives (ArrayRecord.count_bytes)."""
+    """Flower's FedAvg, counting the bytes of every message it sends and receives (ArrayRecord.count_bytes), and
+    naming each round's owners: those who replied and those who did not (an error, or no reply in time)."""
 
-    def __init__(self, ledger: list[dict], **kwargs):
+    def __init__(self, ledger: list[dict], names: dict[int, str], round_timeout: float, **kwargs):
         super().__init__(**kwargs)
-        self.ledger, self.start_time = ledger, time.perf_counter()
+        self.ledger, self.names, self.round_timeout = ledger, names, round_timeout
+        self.start_time = time.perf_counter()
         self.not_training = 0.0  # seconds spent on the experimenter's evaluations (not FedAvg's cost)
+        self.sent: list[Message] = []  # this round's messages (sending gives each its id)
+
+    def name(self, node: int) -> str:
+        return self.names.get(node, f"node {node}")
 
     def configure_train(self, server_round, arrays, config, grid):
-        messages = list(super().configure_train(server_round, arrays, config, grid))
-        self.ledger.append({"round": server_round, "bytes_down": sum(content_bytes(m.content) for m in messages)})
-        return messages
+        self.sent = list(super().configure_train(server_round, arrays, config, grid))
+        self.ledger.append({"round": server_round, "bytes_down": sum(content_bytes(m.content) for m in self.sent)})
+        return self.sent
 
     def aggregate_train(self, server_round, replies):
         replies = list(replies)
-        self.ledger[-1]["bytes_up"] = sum(content_bytes(r.content) for r in replies if not r.has_error())
-        self.ledger[-1]["owners"] = sum(not r.has_error() for r in replies)
+        node_of = {m.metadata.message_id: m.metadata.dst_node_id for m in self.sent}
+        answered = {node_of.get(r.metadata.reply_to_message_id): r for r in replies}
+        missing = {self.name(n): failure(r) for n, r in answered.items() if r.has_error()}
+        for m in self.sent:
+            if m.metadata.dst_node_id not in answered:
+                missing[self.name(m.metadata.dst_node_id)] = f"no reply within {self.round_timeout:.0f} s"
+        entry = self.ledger[-1]
+        entry["bytes_up"] = sum(content_bytes(r.content) for r in replies if not r.has_error())
+        entry["owners"] = sorted(self.name(n) for n, r in answered.items() if not r.has_error())
+        entry["missing"] = dict(sorted(missing.items()))
         result = super().aggregate_train(server_round, replies)
-        self.ledger[-1]["seconds"] = time.perf_counter() - self.start_time - self.not_training  # rounds so far
+        entry["seconds"] = time.perf_counter() - self.start_time - self.not_training  # rounds so far
         return result
 
 
-def fedavg_rounds(grid: Grid, nodes: list[int], settings: Settings, print_fn=print) -> list[dict]:
-    """R rounds of Flower's FedAvg over the owners, test accuracy after each (the experimenter's test file)."""
+def fedavg_rounds(
+    grid: Grid, nodes: list[int], settings: Settings, ledger: list[dict], names: dict[int, str], print_fn=print
+) -> list[dict]:
+    """R rounds of Flower's FedAvg over the owners, test accuracy after each (the experimenter's test file). Each
+    round trains on every owner connected when it starts and waits `round_timeout` for them at most: an owner
+    that dies in a round leaves it to the others (Flower's `min_*_nodes` of every owner would wait for it)."""
     from redkit.federated.fedavg import FedAvgConfig, FineTune
     from redkit.federated.plan import FederationPlan
 
@@ -243,7 +311,6 @@ def fedavg_rounds(grid: Grid, nodes: list[int], settings: Settings, print_fn=pri
     model = FineTune(FedAvgConfig(seed=plan.seed), tuple(settings.labels))
     test = read_records(Path(settings.test), Fields(), LabelReader()) if settings.test else []
     cache = Path(settings.run_dir) / "fedavg-cache"
-    ledger: list[dict] = []
 
     def evaluate(server_round: int, arrays: ArrayRecord) -> MetricRecord | None:
         if server_round == 0 or not test:
@@ -257,13 +324,19 @@ def fedavg_rounds(grid: Grid, nodes: list[int], settings: Settings, print_fn=pri
         return MetricRecord({"accuracy": accuracy})
 
     strategy = MeteredFedAvg(
-        ledger, fraction_train=1.0, fraction_evaluate=0.0, min_train_nodes=len(nodes), min_available_nodes=len(nodes)
+        ledger,
+        names,
+        settings.round_timeout,
+        fraction_train=1.0,
+        fraction_evaluate=0.0,
+        min_train_nodes=1,
+        min_available_nodes=1,
     )
     strategy.start(
         grid=grid,
         initial_arrays=ArrayRecord(model.state()),
         num_rounds=settings.rounds,
-        timeout=settings.timeout,
+        timeout=settings.round_timeout,
         evaluate_fn=evaluate,
     )
     return ledger
@@ -273,8 +346,18 @@ def server_main(grid: Grid, settings: Settings) -> None:
     run = Path(settings.run_dir)
     nodes = wait_for_owners(grid, settings.owners, settings.timeout)
     red = red_round(grid, nodes, settings)
-    fedavg = fedavg_rounds(grid, nodes, settings) if settings.rounds else []
-    write_json(run / "federation" / "server.json", {"red": red, "fedavg": fedavg})
+    results = run / "federation" / "server.json"
+    write_json(results, {"red": red, "fedavg": []})  # before FedAvg: whatever happens to it, RED's round is kept
+    if settings.rounds:
+        names, ledger = {int(node): name for node, name in red["nodes"].items()}, []
+        try:
+            fedavg_rounds(grid, nodes, settings, ledger, names)
+        except Exception as err:  # the reference failed: said in the results, RED's round and the rounds done kept
+            failed = f"{type(err).__name__}: {err}"
+            print(f"FedAvg stopped after {len(ledger)} rounds: {failed}")
+            write_json(results, {"red": red, "fedavg": ledger, "fedavg_failed": failed})
+            return
+        write_json(results, {"red": red, "fedavg": ledger})
 
 
 def server_app(settings: Settings | None = None) -> ServerApp:

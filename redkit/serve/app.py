@@ -4,7 +4,8 @@
     GET  /health       200 once the model is loaded (503 before, or if loading failed)
     GET  /v1/info      run, labels, domains, backbone fingerprint, version
     GET  /metrics      Prometheus text: requests, latency histogram, batch sizes
-    POST /v1/domains, DELETE /v1/domains/{name}   with --admin-token only (redkit/serve/admin.py)
+    POST /v1/domains, DELETE /v1/domains/{name}   with --admin-token only (redkit/serve/admin.py); owners' own
+                       tokens (--owner-tokens) upload and remove their own domains only
 
 Everything per-server (model state, batcher, metrics) is created per app (no module globals), so tests
 can run several apps in one process and uvicorn workers each build their own.
@@ -29,6 +30,7 @@ from redkit.serve.middleware import BodyLimitMiddleware, MetricsMiddleware
 from redkit.serve.predictor import BundlePredictor
 from redkit.serve.schema import PredictRequest, PredictResponse, check_texts, read_json
 from redkit.serve.state import ModelState
+from redkit.serve.tokens import MIN_LENGTH
 
 
 def create_app(
@@ -42,6 +44,7 @@ def create_app(
     admin_token: str | None = None,
     max_queue: int | None = None,
     domain_changes=None,
+    owner_tokens: dict[str, bytes] | None = None,
 ) -> FastAPI:
     """An inference server for `predictor_factory()`, which is called once, in a thread, after startup.
 
@@ -50,11 +53,14 @@ def create_app(
     the model is busy form the next batch anyway). admin_token: enables POST/DELETE /v1/domains (else
     they are 404). domain_changes: what they do (redkit/serve/lifecycle.py DomainChanges). max_upload_bytes:
     the body limit of POST /v1/domains, which takes an owner's uploaded contribution (admin routes only).
+    owner_tokens: {owner: sha256 of its token} (redkit/serve/tokens.py): each may upload and remove its own.
     """
     if max_batch < 1 or max_chars < 1 or max_body_bytes < 1 or batch_wait_ms < 0:
         raise ValueError("max_batch, max_chars and max_body_bytes must be >= 1, batch_wait_ms >= 0")
-    if admin_token is not None and len(admin_token) < 16:
-        raise ValueError("admin_token must have at least 16 characters")
+    if admin_token is not None and len(admin_token) < MIN_LENGTH:
+        raise ValueError(f"admin_token must have at least {MIN_LENGTH} characters")
+    if owner_tokens and admin_token is None:
+        raise ValueError("owner_tokens need the admin routes: give an admin_token too")
     metrics = ServerMetrics(max_batch)
 
     @asynccontextmanager
@@ -124,5 +130,5 @@ def create_app(
     if admin_token is not None:
         if domain_changes is None:
             raise ValueError("admin routes need domain_changes (redkit.serve.lifecycle.DomainChanges)")
-        install_admin_routes(app, admin_token, domain_changes)
+        install_admin_routes(app, admin_token, domain_changes, owner_tokens, max_upload_bytes)
     return app

@@ -71,7 +71,7 @@ def with_contribution(
     plan, accepted = contributions_of(_needs_run(current))
     received = Path(work) / "received"
     received.mkdir(parents=True, exist_ok=True)
-    staged = check(files, plan, owner, received, limit)
+    staged = check(files, plan, owner, received, limit, others=accepted)
     owners = [a for a in accepted if a.owner != owner] + [staged]
     try:
         return _next(current, work, lambda parent, out: assemble(plan, owners, out, print_fn))

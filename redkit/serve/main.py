@@ -2,6 +2,8 @@
 
     redkit serve --bundle BUNDLE [--host 127.0.0.1] [--port 8000] [--workers 1]
     redkit serve --run RUN --admin-token-env REDKIT_ADMIN_TOKEN --experts-dir EXPERTS   (domains added at run time)
+    redkit serve --run RUN --owner-tokens OWNERS.json --ssl-certfile CERT --ssl-keyfile KEY   (owners' own tokens,
+                 each hashed in OWNERS.json: redkit/serve/tokens.py; HTTPS)
 
 --run exports the run's bundle (with its serving graph) once, into WORK/v1/bundle, and serves it;
 the run stays behind it, so that a domain can be added or removed (redkit/serve/lifecycle.py).
@@ -16,6 +18,7 @@ from pathlib import Path
 
 from redkit.errors import RedkitError
 from redkit.federated.upload import SIZE_LIMIT
+from redkit.serve.tokens import MIN_LENGTH, read_owner_tokens
 
 ENV = "REDKIT_SERVE_CONFIG"  # the settings, as JSON, for uvicorn's worker processes (which rebuild the app)
 TOKEN_ENV = "REDKIT_ADMIN_TOKEN"  # where the admin token is read from by default (a flag would show in `ps`)
@@ -37,6 +40,9 @@ class ServeConfig:
     admin: bool = False  # admin routes on (the token itself travels in TOKEN_ENV, never in this config)
     experts_dir: str | None = None
     work: str | None = None
+    owner_tokens: str | None = None  # a JSON file {owner: "sha256:<hex>"}: each owner's own token (admin routes)
+    ssl_certfile: str | None = None  # HTTPS: uvicorn's certificate chain (PEM), and its key where not in it
+    ssl_keyfile: str | None = None
 
     def __post_init__(self):
         for name in ("port", "workers", "max_batch", "max_chars", "max_body_bytes", "max_upload_bytes"):
@@ -80,6 +86,7 @@ def create(config: ServeConfig):
         max_upload_bytes=config.max_upload_bytes,
         batch_wait_ms=config.batch_wait_ms,
         admin_token=os.environ.get(TOKEN_ENV) if config.admin else None,
+        owner_tokens=read_owner_tokens(Path(config.owner_tokens)) if config.owner_tokens else None,
         domain_changes=DomainChanges(
             Path(config.experts_dir) if config.experts_dir else None,
             Path(config.work) if config.work else Path(tempfile.mkdtemp(prefix="redkit-serve-")),
@@ -103,8 +110,13 @@ def serve(config: ServeConfig) -> None:
 
     if config.admin and not os.environ.get(TOKEN_ENV):
         raise RedkitError(f"admin routes need a token: set {TOKEN_ENV} (or --admin-token-env NAME)")
-    if config.admin and len(os.environ[TOKEN_ENV]) < 16:
-        raise RedkitError(f"{TOKEN_ENV}: an admin token needs at least 16 characters")
+    if config.admin and len(os.environ[TOKEN_ENV]) < MIN_LENGTH:
+        raise RedkitError(f"{TOKEN_ENV}: an admin token needs at least {MIN_LENGTH} characters")
+    if config.owner_tokens and not config.admin:
+        raise RedkitError("--owner-tokens needs the admin routes: set an admin token (--admin-token-env NAME)")
+    if config.owner_tokens:
+        read_owner_tokens(Path(config.owner_tokens))  # here, in one line, rather than in each worker's traceback
+    check_tls(config)
     if config.admin and config.workers > 1:
         raise RedkitError(
             "admin routes with --workers > 1: a domain added to one worker would be missing in the others"
@@ -121,11 +133,30 @@ def serve(config: ServeConfig) -> None:
         log_level="info",
         access_log=False,  # a log line per request costs more CPU than the model at high rates
         timeout_graceful_shutdown=30,
+        ssl_certfile=config.ssl_certfile,
+        ssl_keyfile=config.ssl_keyfile,
     )
     if config.workers > 1:
         serve_multiprocess(uv)
     else:
         uvicorn.Server(uv).run()
+
+
+def check_tls(config: ServeConfig) -> None:
+    """The certificate and key load (uvicorn would otherwise fail in its own way, in each worker)."""
+    import ssl
+
+    if config.ssl_keyfile and not config.ssl_certfile:
+        raise RedkitError("--ssl-keyfile needs --ssl-certfile (the certificate the key is for)")
+    if not config.ssl_certfile:
+        return
+    try:
+        ssl.create_default_context(ssl.Purpose.CLIENT_AUTH).load_cert_chain(config.ssl_certfile, config.ssl_keyfile)
+    except OSError as err:  # ssl.SSLError is one
+        key = f" --ssl-keyfile {config.ssl_keyfile}" if config.ssl_keyfile else ""
+        raise RedkitError(
+            f"--ssl-certfile {config.ssl_certfile}{key}: not a certificate and its key ({err.strerror or err})"
+        ) from None
 
 
 def serve_multiprocess(config) -> None:

@@ -1,0 +1,113 @@
+"""What a contribution's files say, checked before its statistics are summed into everyone's router.
+
+assemble.check has checked the files themselves (names, sizes, sha256, fingerprints, each module loadable:
+store.py's read_weights refuses NaN and infinite weights) when it calls `validate`, which reads what they hold:
+
+    label_rows   the manifest's {domain: labels}: each a non-empty list of plain names (check_name), no label twice
+    kinds        modules/<part>/<d> a module of that part's kind (a residual expert, label rows, statistics)
+    label rows   modules/label_rows/<d>: its rows are those labels, in that order
+    statistics   modules/statistics/<d> (redkit/routers/gaussian.py DomainStatistics, as train_domain saves it):
+                 of the plan's φ (width, seed); a row "<d>/<label>" per label; counts whole, 1 to MAX_COUNT;
+                 means within MAX_MEAN; scatter symmetric, positive semi-definite, small enough to sum exactly
+
+Each refusal is one line naming the owner, the domain and the field. Why these: the router is the owners'
+statistics merged, so one owner's share reaches every query. A statistics row named after another domain
+would route its class there; a count of zero or below, a scatter that is not a scatter (asymmetric,
+indefinite, entries too large for redkit/incremental/statistics.py's exact sums), or a mean of 1e200 (its
+Σ⁻¹μ overflows the router's float32 weights into inf, and 0 · inf is NaN for every query) make the merged
+Gaussians meaningless or NaN for every owner's queries, not only this one's.
+
+MAX_COUNT bounds one class's prior: π_c is its count over all counts, so an owner claiming 1e15 examples of a
+class would win every query near it whatever its likelihood. 10,000,000 examples per class is 100,000 times
+CLINC150's 100 and above any intent data set we know of, while log(1e7) = 16 keeps what a prior can add to a
+class's score of the order of its log-likelihood's spread, not astronomically beyond it. It stops absurd claims,
+not an owner who inflates its counts within it: the router trusts owners' counts as it trusts their data.
+MAX_MEAN: φ(h) = ReLU(hP) of a pooled feature; CLINC150's largest class mean is 18 (runs/clinc-rf), 10,000
+leaves room for other backbones and keeps Σ⁻¹μ and μᵀΣ⁻¹μ far inside float32.
+"""
+
+from pathlib import Path
+
+import torch
+
+from redkit.errors import RedkitError
+from redkit.federated.owner import PARTS
+from redkit.federated.upload import MANIFEST
+from redkit.incremental.projection import WIDTH
+from redkit.incremental.statistics import GRID, on_grid
+from redkit.modules.store import load_module
+from redkit.names import check_name
+from redkit.routers.gaussian import STATISTICS
+
+MAX_COUNT = 10_000_000  # examples of one class (see above)
+MAX_MEAN = 1e4  # |an entry of a class mean of φ| (see above)
+
+
+def validate(staging: Path, manifest: dict, plan, where: str) -> None:
+    """The contribution staged at `staging` (its files checked and loadable), of `manifest`, for `plan`; one
+    line naming `where` (the owner), the domain and the field otherwise."""
+    for domain, labels in label_rows(manifest, where).items():
+        at = f"{where}: domain {domain!r}"
+        modules = {part[-1]: load_part(Path(staging), part, domain, plan.fingerprint, at) for part in PARTS}
+        if tuple(modules["label_rows"].config.labels) != labels:
+            raise RedkitError(f"{at}: label_rows field 'labels' must be its {MANIFEST} label_rows, in order")
+        check_statistics(modules[STATISTICS], tuple(f"{domain}/{label}" for label in labels), plan.router_options, at)
+
+
+def load_part(staging: Path, part: tuple[str, ...], domain: str, fingerprint: str, at: str):
+    """The module of `part` (("experts", "residual"), ...) of `domain`, of that part's kind (its last name)."""
+    module, meta = load_module(staging.joinpath("modules", *part, domain), fingerprint)
+    if meta.kind != part[-1]:
+        raise RedkitError(f"{at}: {'/'.join(part)} field 'kind' is {meta.kind!r}, not {part[-1]!r}")
+    return module
+
+
+def label_rows(manifest: dict, where: str) -> dict[str, tuple[str, ...]]:
+    """The manifest's label_rows (its keys its domains: check's), each a non-empty list of plain names, no
+    label in two rows (a label belongs to one domain's rows)."""
+    rows, seen = {}, {}
+    for domain, labels in manifest["label_rows"].items():
+        field = f"{where}: {MANIFEST} field 'label_rows' of domain {domain!r}"
+        if not isinstance(labels, list) or not labels:
+            raise RedkitError(f"{field} must list its labels")
+        for label in labels:
+            check_name(label, "label", field, reserved=False)  # a label is no folder: 'router' may be one
+            if label in seen:
+                raise RedkitError(f"{field}: label {label!r} is given twice (also in domain {seen[label]!r})")
+            seen[label] = domain
+        rows[domain] = tuple(labels)
+    return rows
+
+
+def check_statistics(module, labels: tuple[str, ...], router_options: dict, at: str) -> None:
+    """A DomainStatistics module (its tensors' shapes are its config's: load_module loaded them into it)."""
+    config, field = module.config, f"{at}: statistics field"
+    width, seed = router_options.get("width", WIDTH), router_options.get("seed", 0)
+    if (config.width, config.seed) != (width, seed):
+        raise RedkitError(f"{field} 'config': φ of width {config.width} seed {config.seed}, the plan's {width} {seed}")
+    if tuple(config.labels) != labels:
+        raise RedkitError(f"{field} 'labels' must be its label rows as '<domain>/<label>', in order")
+    counts, means, scatter = module.counts, module.means, module.scatter
+    if not bool(((counts >= 1) & (counts <= MAX_COUNT) & (counts == counts.round())).all()):
+        raise RedkitError(f"{field} 'counts' must be whole numbers of examples from 1 to {MAX_COUNT:,}")
+    if bool((means.abs() > MAX_MEAN).any()):
+        raise RedkitError(f"{field} 'means' has entries beyond ±{MAX_MEAN:g}")
+    check_scatter(scatter, field)
+
+
+def check_scatter(scatter: torch.Tensor, field: str) -> None:
+    """Σ (φ - μ)(φ - μ)ᵀ: symmetric, positive semi-definite, and within the range owners' scatters sum exactly."""
+    try:
+        on_grid(scatter)  # refuses entries too large to sum exactly over 64 owners
+    except RedkitError as err:
+        raise RedkitError(f"{field} 'scatter': {err}") from None
+    # train_domain's is symmetric bit for bit here (XᵀX); one grid step allowed for another BLAS's summing order
+    if float((scatter - scatter.T).abs().max()) > GRID:
+        raise RedkitError(f"{field} 'scatter' is not symmetric")
+    # Positive semi-definite up to rounding: Cholesky of S + εI, ε above the grid's rounding of M entries (a
+    # sum of squares over fewer examples than φ is wide is singular, and rounding leaves it a hair below zero).
+    size = scatter.shape[0]
+    jitter = size * GRID + 1e-9 * float(torch.trace(scatter).abs())
+    _, info = torch.linalg.cholesky_ex(scatter + jitter * torch.eye(size, dtype=scatter.dtype))
+    if int(info) != 0:
+        raise RedkitError(f"{field} 'scatter' is not positive semi-definite (not a sum of squares)")
