@@ -2,6 +2,7 @@
 federate` splits it: FedNCM, Fed3R (with and without random features) and FedCOF (redkit/federated/oneshot.py).
 
     python scripts/federated_oneshot.py                      # -> runs/federated-oneshot/results.json
+    python scripts/federated_oneshot.py --federate RUN       # beside `redkit federate --out RUN`, and the figure
 
 Ten owners, one domain each (redkit/federated/federate.py: split_owners, load_run_data(..., seed, 0.1)): each
 computes its upload from the frozen features of its own 1,500 training queries, once; the server builds the
@@ -43,6 +44,7 @@ from redkit.federated.oneshot import ONESHOT, as_wire, upload_bytes  # noqa: E40
 from redkit.federated.plan import FederationPlan  # noqa: E402
 from redkit.fitting.data import load_run_data  # noqa: E402
 from redkit.fitting.records import Fields  # noqa: E402
+from redkit.jsonfile import read_json  # noqa: E402
 from redkit.provenance import provenance  # noqa: E402
 
 RIDGES = tuple(10.0**k for k in range(-8, 4))  # ρ: λ = ρ tr(G) / D'
@@ -66,11 +68,6 @@ PAPERS = {
     "fedcof": "Goswami et al., NeurIPS 2025 (FedCOF, the authors' training-free code: one mean per class)",
     "fedcof-subsets": "FedCOF with the authors' Init_FT_LP --subsets (several means per class and owner): a departure",
 }
-REFERENCE = {  # docs/results/federated.md (runs/federate-rf3, runs/federate-joint): the same owners and test
-    "red_one_round": {"test_accuracy": 0.9507, "bytes_up_per_owner": 34.1e6, "bytes_up_total": 341.3e6},
-    "fedavg_10_rounds": {"test_accuracy": 0.9162, "bytes_up_total": 1443.2e6},
-    "joint_central": {"test_accuracy": 0.9602},
-}
 WIRE_NAMES = {torch.float32: "float32", torch.float64: "float64"}
 
 
@@ -85,6 +82,26 @@ def owner_data(data, features: dict[str, torch.Tensor]) -> dict[str, tuple[torch
         y = torch.tensor([labels.index(train[i].answer) for i in rows])
         owners[domain] = (features["train"][rows], y, labels)
     return owners
+
+
+def reference(run: Path | None) -> dict | None:
+    """RED's, FedAvg's and the central joint's figures from a `redkit federate` run (its results.json), read, not
+    typed in."""
+    if run is None:
+        return None
+    federated = read_json(run / "results.json", "the federate run's results")
+    red = federated["red"]
+    return {
+        "run": str(run),
+        "git_commit": federated["provenance"].get("git_commit"),
+        "red_one_round": {
+            "test_accuracy": red["accuracy"],
+            "bytes_up_total": red["bytes_up"],
+            "bytes_up_per_owner": red["bytes_up"] / len(red["owners"]),
+        },
+        "fedavg": [{k: r.get(k) for k in ("round", "accuracy", "bytes_up", "bytes_down")} for r in federated["fedavg"]],
+        "joint_central": federated.get("joint_central", {}).get("accuracy"),
+    }
 
 
 def combos(grid: dict) -> list[dict]:
@@ -221,6 +238,12 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=Path("runs/federated-oneshot"))
     parser.add_argument("--seed", type=int, default=0, help="load_run_data's seed, as `redkit federate --seed`")
     parser.add_argument("--methods", nargs="+", default=list(RUNS), choices=list(RUNS))
+    parser.add_argument(
+        "--federate",
+        type=Path,
+        help="a `redkit federate` run on the same data and seed (RUN/results.json): its RED, FedAvg and joint "
+        "figures go beside these, and OUT/accuracy_vs_bytes.png draws them all",
+    )
     args = parser.parse_args()
     start = time.perf_counter()
     torch.manual_seed(args.seed)
@@ -268,12 +291,17 @@ def main() -> None:
             for run in args.methods
         },
         "methods": methods,
-        "reference": REFERENCE,
+        "reference": reference(args.federate),
         "seconds": time.perf_counter() - start,
         "provenance": provenance(),
     }
     args.out.mkdir(parents=True, exist_ok=True)
     write_json(args.out / "results.json", results)
+    if args.federate:
+        from redkit.federated.report import figure
+
+        federated = read_json(args.federate / "results.json", "the federate run's results")
+        print(f"figure: {args.out / figure(args.out, federated, oneshot=methods)}")
     print(f"\n{args.out / 'results.json'} ({results['seconds']:.0f} s; git {results['provenance']['git_commit']})")
 
 

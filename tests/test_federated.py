@@ -240,7 +240,7 @@ def test_an_owner_joins_and_opts_out_while_the_model_serves(owners, tmp_path):
             return httpx.post(url + "/v1/domains", params={"owner": joiner}, content=body, headers=headers, timeout=60)
 
         assert upload(genuine, {"content-type": "application/x-tar"}).status_code == 401
-        for how, says in (("sha256", "does not have the sha256"), ("path", "leaves")):
+        for how, says in (("sha256", "does not have the sha256"), ("path", "has '..' in its name")):
             refused = upload(pack(_tampered(owners, joiner, how)))
             message = refused.json()["error"]["message"]
             assert refused.status_code == 422 and says in message and "\n" not in message, refused.text

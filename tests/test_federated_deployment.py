@@ -3,6 +3,9 @@ refused in one line before anything starts (a fresh install once resolved flwr 1
 `--host/--port`), a process that exits before listening is named with the line that says why, and a relative run
 directory reaches the processes, which run inside it, as paths they can read."""
 
+import os
+import shutil
+import socket
 import subprocess
 import sys
 import time
@@ -58,6 +61,7 @@ def test_a_relative_run_directory_gives_every_process_paths_it_can_read(monkeypa
     federation = deployment.Federation(Path("runs/fed/deployment"), {}, Path("runs/fed/owners"))
     federation.logs.mkdir(parents=True)
     settings = Settings("{}", str(tmp_path / "runs/fed"), owners=1, rounds=0, owner_work=str(tmp_path / "owners"))
+    federation.write_connection(1234)
     federation.submit(1234, settings, timeout=10)
     (args, kw) = calls[0]
     cwd = Path(kw["cwd"])
@@ -129,3 +133,27 @@ def test_only_a_registered_owner_key_connects_and_private_keys_stay_private(tmp_
         federation.stop()
     for private in (federation.tls.key, federation.credentials / "owners" / "banking"):
         assert stat.S_IMODE(private.stat().st_mode) == 0o600
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or shutil.which("ip") is None, reason="network namespaces need root and `ip`")
+def test_the_owners_namespace_reaches_the_server_over_its_link_and_nothing_on_the_server_s_loopback(tmp_path):
+    """`--netns`: a listener on the server's end of the link is reached from inside the owners' namespace; one on
+    the server's loopback is not (the owners' 127.0.0.1 is their own); `down` leaves no namespace behind."""
+    from redkit.federated.namespaces import OwnersNetwork
+
+    network = OwnersNetwork(namespace="redkit-test-owners", link="rk-test-s", peer="rk-test-o")
+    probe = "import socket, sys; s = socket.socket(); s.settimeout(3); sys.exit(s.connect_ex((sys.argv[1], int(sys.argv[2]))))"
+    network.up()
+    try:
+        with socket.create_server((network.server_ip, 0)) as link, socket.create_server(("127.0.0.1", 0)) as local:
+            reached = [
+                subprocess.run(
+                    network.inside([sys.executable, "-c", probe, host, str(server.getsockname()[1])])
+                ).returncode
+                for host, server in ((network.server_ip, link), ("127.0.0.1", local))
+            ]
+        assert reached[0] == 0 and reached[1] != 0, reached
+    finally:
+        network.down()
+    listed = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    assert "redkit-test-owners" not in listed

@@ -27,6 +27,11 @@ def _options(p: argparse.ArgumentParser) -> None:
         action="store_true",
         help="deployment runtime: no TLS and no SuperNode authentication (by default each owner's key is registered)",
     )
+    p.add_argument(
+        "--netns",
+        action="store_true",
+        help="deployment runtime: the owners' SuperNodes in a network namespace of their own (Linux, root)",
+    )
     p.add_argument("--no-one-machine", action="store_true", help="skip the same recipe in one process")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument(
@@ -64,6 +69,7 @@ def run(args) -> None:
         joint_epochs=args.joint_epochs,
         one_machine=not args.no_one_machine,
         insecure=args.insecure,
+        netns=args.netns,
         push=args.push,
         admin_token=token,
     )

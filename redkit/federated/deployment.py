@@ -7,9 +7,10 @@ given only its name and its own data directory in its node config), and `flwr ru
     RUN/deployment/flwr-home/config.toml the SuperLink connection `flwr run` uses (FLWR_HOME: nothing in ~/.flwr)
     RUN/deployment/nodes/<owner>/        each SuperNode's own FLWR_HOME (the app it installed from the SuperLink)
     RUN/deployment/logs/*.log            the SuperLink's, each SuperNode's and `flwr run`'s output
+    RUN/deployment/credentials/          TLS and each owner's SuperNode key (credentials.py; not with --insecure)
 
 The processes are what an owner runs on its own machine (docs/guides/federated.md gives the commands); here they
-share 127.0.0.1. Nothing is installed at run time (the SuperLink's `uv sync` of an app's dependencies is off):
+share 127.0.0.1, or with --netns the owners sit in a network namespace of their own (namespaces.py). Nothing is installed at run time (the SuperLink's `uv sync` of an app's dependencies is off):
 every process is this environment's, so the ServerApp and ClientApps import the installed redkit.
 """
 
@@ -30,6 +31,7 @@ from redkit.atomic import write_text
 from redkit.errors import RedkitError
 from redkit.federated.credentials import write_owner_key, write_tls
 from redkit.federated.flower_app import Settings
+from redkit.federated.namespaces import OwnersNetwork
 from redkit.names import check_name
 
 APP = """\
@@ -94,7 +96,9 @@ def last_line(log: Path) -> str:
     return lines[-1] if lines else "(its log is empty)"
 
 
-def wait_for_port(port: int, process: subprocess.Popen, name: str, log: Path, timeout: float = 60.0) -> None:
+def wait_for_port(
+    port: int, process: subprocess.Popen, name: str, log: Path, timeout: float = 60.0, host: str = "127.0.0.1"
+) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if process.poll() is not None:
@@ -102,10 +106,10 @@ def wait_for_port(port: int, process: subprocess.Popen, name: str, log: Path, ti
                 f"{name} exited with code {process.returncode} before listening: {last_line(log)} ({log})"
             )
         with socket.socket() as s:
-            if s.connect_ex(("127.0.0.1", port)) == 0:
+            if s.connect_ex((host, port)) == 0:
                 return
         time.sleep(0.2)
-    raise RedkitError(f"{name} did not listen on 127.0.0.1:{port} within {timeout:.0f} s")
+    raise RedkitError(f"{name} did not listen on {host}:{port} within {timeout:.0f} s")
 
 
 def toml_string(value: str) -> str:
@@ -119,10 +123,18 @@ def node_config(owner: str, data: Path, work: Path) -> str:
 
 
 class Federation:
-    """The processes of one deployment on 127.0.0.1, each in its own process group (a SuperNode's ClientApps
-    are its children): `stop` ends every group."""
+    """The processes of one deployment on this host, each in its own process group (a SuperNode's ClientApps
+    are its children): `stop` ends every group. network: the owners' SuperNodes in a network namespace of their
+    own, reaching the SuperLink over a virtual link (namespaces.py); None: every process on 127.0.0.1."""
 
-    def __init__(self, root: Path, owners: dict[str, Path], owner_work: Path, secure: bool = True):
+    def __init__(
+        self,
+        root: Path,
+        owners: dict[str, Path],
+        owner_work: Path,
+        secure: bool = True,
+        network: OwnersNetwork | None = None,
+    ):
         # Absolute: every process runs in `root`, where a relative path (`--out runs/fed`) would be read twice.
         self.root, self.owner_work = root.resolve(), owner_work.resolve()
         self.owners = {
@@ -139,7 +151,8 @@ class Federation:
         self.processes: dict[str, subprocess.Popen] = {}
         # secure: TLS to the SuperLink and each SuperNode authenticated by its owner's key (credentials.py)
         self.secure, self.credentials = secure, self.root / "credentials"
-        self.tls = write_tls(self.credentials, "127.0.0.1") if secure else None
+        self.network, self.host = network, network.server_ip if network else "127.0.0.1"
+        self.tls = write_tls(self.credentials, self.host) if secure else None
 
     def start(self, name: str, args: list[str], env: dict | None = None) -> subprocess.Popen:
         self.logs.mkdir(parents=True, exist_ok=True)
@@ -168,7 +181,7 @@ class Federation:
                 process.wait()
 
     def start_superlink(self) -> int:
-        """The SuperLink, listening; its address (and CA) written where `flwr` reads its connections."""
+        """The SuperLink, listening, and the connection `flwr` uses to reach it."""
         port = free_port()
         if self.secure:
             tls = self.tls
@@ -179,15 +192,19 @@ class Federation:
         link = self.start(
             "superlink",
             ["flower-superlink", *secured, "--disable-runtime-dependency-installation"]
-            + ["--host", "127.0.0.1", "--port", str(port)],
+            + ["--host", self.host, "--port", str(port)],
         )
-        wait_for_port(port, link, "flower-superlink", self.logs / "superlink.log")
+        wait_for_port(port, link, "flower-superlink", self.logs / "superlink.log", host=self.host)
+        self.write_connection(port)
+        return port
+
+    def write_connection(self, port: int) -> None:
+        """The SuperLink's address (and the CA that signed its certificate) where `flwr` reads its connections."""
         trust = f"root-certificates = {toml_string(str(self.tls.ca))}" if self.secure else "insecure = true"
         write_text(
             self.root / "flwr-home" / "config.toml",
-            f'[superlink]\ndefault = "redkit"\n\n[superlink.redkit]\naddress = "127.0.0.1:{port}"\n{trust}\n',
+            f'[superlink]\ndefault = "redkit"\n\n[superlink.redkit]\naddress = "{self.host}:{port}"\n{trust}\n',
         )
-        return port
 
     def register_owners(self) -> dict[str, str]:
         """{node id: owner}: each owner's public key registered with the SuperLink (`flwr supernode register`),
@@ -217,10 +234,11 @@ class Federation:
                 secured = ["--root-certificates", str(self.tls.ca), "--auth-supernode-private-key", str(key)]
             else:
                 secured = ["--insecure"]
+            args = ["flower-supernode", *secured, "--superlink", f"{self.host}:{link_port}"]
+            args += ["--port", str(free_port()), "--node-config", node_config(owner, data, self.owner_work / owner)]
             self.start(
                 f"supernode-{owner}",
-                ["flower-supernode", *secured, "--superlink", f"127.0.0.1:{link_port}", "--port", str(free_port())]
-                + ["--node-config", node_config(owner, data, self.owner_work / owner)],
+                self.network.inside(args) if self.network else args,
                 env=ONE_CORE_EACH | {"FLWR_HOME": str(self.root / "nodes" / owner)},  # its own, as on its machine
             )
 
@@ -254,7 +272,13 @@ def with_group(process: subprocess.Popen, sig: int) -> None:
 
 
 def run_deployment(
-    settings: Settings, owners: dict[str, Path], root: Path, print_fn=print, watch=None, secure: bool = True
+    settings: Settings,
+    owners: dict[str, Path],
+    root: Path,
+    print_fn=print,
+    watch=None,
+    secure: bool = True,
+    network: OwnersNetwork | None = None,
 ) -> dict:
     """The whole federation as processes on 127.0.0.1, stopped when the run ends; seconds {"start": until the
     SuperLink listened, every owner's key was registered and every SuperNode was started, "run": `flwr run` from
@@ -262,15 +286,20 @@ def run_deployment(
     the run in a thread (the fault tests kill an owner with it). secure: TLS and SuperNode authentication (each
     owner's key registered); False: plain HTTP and any node may connect (Flower's --insecure)."""
     require_flower()
-    seconds, processes = {}, Federation(root, owners, Path(settings.owner_work), secure)
+    seconds, processes = {}, Federation(root, owners, Path(settings.owner_work), secure, network)
     try:
         start = time.perf_counter()
+        if network:
+            network.up()
         port = processes.start_superlink()
         if secure:  # the server then checks that each node says it is the owner whose key it holds
             settings = replace(settings, registered=processes.register_owners())
         processes.start_supernodes(port)
         seconds["start"] = time.perf_counter() - start
-        print_fn(f"flower-superlink on 127.0.0.1:{port}, {len(owners)} flower-supernodes ({seconds['start']:.1f} s)")
+        where = f" in network namespace {network.namespace}" if network else ""
+        print_fn(
+            f"flower-superlink on {processes.host}:{port}, {len(owners)} flower-supernodes{where} ({seconds['start']:.1f} s)"
+        )
         if watch is not None:
             threading.Thread(target=watch, args=(processes,), daemon=True).start()
         submitted = time.perf_counter()
@@ -279,7 +308,14 @@ def run_deployment(
     finally:
         stopping = time.perf_counter()
         processes.stop()
+        if network:
+            network.down()
         seconds["stop"] = time.perf_counter() - stopping
     if not (Path(settings.run_dir) / "federation" / "server.json").is_file():
         raise RedkitError(f"the Flower server app ended without its results (see {root / 'logs'})")
-    return {"seconds": seconds, "processes": len(processes.processes), "secure": secure}
+    hosts = (
+        {"superlink": processes.host, "owners": f"{network.owners_ip} (namespace {network.namespace})"}
+        if network
+        else {}
+    )
+    return {"seconds": seconds, "processes": len(processes.processes), "secure": secure, **hosts}

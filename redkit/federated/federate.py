@@ -26,6 +26,7 @@ from redkit.federated.assemble import accepted_in, assemble, check
 from redkit.federated.deployment import run_deployment
 from redkit.federated.fedavg import FedAvgConfig, FineTune
 from redkit.federated.flower_app import Settings, apps
+from redkit.federated.namespaces import OwnersNetwork
 from redkit.federated.owner import train_contribution
 from redkit.federated.plan import FederationPlan
 from redkit.federated.upload import package
@@ -49,6 +50,7 @@ class FederateConfig:
     joint_epochs: int = 3  # joint_central: the joint fine-tune on the pooled data, the bound no owner may run
     one_machine: bool = True  # the same recipe in one process, for same_modules
     insecure: bool = False  # deployment runtime: plain HTTP and any node may connect (no TLS, no registered keys)
+    netns: bool = False  # deployment runtime: the owners in a network namespace of their own (namespaces.py; root)
     drill: dict[str, int] = field(default_factory=dict)  # {owner: FedAvg round}: its app fails then (fault tests)
     push: str = ""  # a running `redkit serve --run` (URL) that gets each contribution accepted now ("": none)
     admin_token: str = field(default="", repr=False)  # its admin token (from the environment; never recorded)
@@ -174,7 +176,10 @@ def federate(config: FederateConfig, print_fn=print) -> dict:
         names, dirs = list(owners), [str(d.resolve()) for d in owners.values()]
         run_simulation(replace(settings, owner_names=names, owner_dirs=dirs))
     else:
-        processes = run_deployment(settings, owners, out / "deployment", print_fn, secure=not config.insecure)
+        network = OwnersNetwork() if config.netns else None
+        processes = run_deployment(
+            settings, owners, out / "deployment", print_fn, secure=not config.insecure, network=network
+        )
     server = read_json(out / "federation" / "server.json", "the federation server's results")
     red = server["red"]
     accuracy = in_scope_accuracy(out / "model", test, ("red", "red_per_domain"))

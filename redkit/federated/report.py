@@ -11,7 +11,10 @@ def _mb(n: float) -> str:
     return f"{n / 1e6:,.1f} MB"
 
 
-def figure(out: Path, results: dict) -> str | None:
+def figure(out: Path, results: dict, oneshot: dict | None = None, name: str = FIGURE) -> str | None:
+    """Test accuracy against bytes exchanged (every owner, up + down) and against rounds: FedAvg a line, RED a
+    star, each one-shot baseline (`oneshot`: scripts/federated_oneshot.py's methods) a point, the central joint a
+    dashed line."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -19,25 +22,37 @@ def figure(out: Path, results: dict) -> str | None:
 
     fedavg = [r for r in results["fedavg"] if "accuracy" in r]
     red = results["red"]
-    fig, ax = plt.subplots(figsize=(6.4, 4.0))
+    fig, (by_bytes, by_round) = plt.subplots(1, 2, figsize=(11.0, 4.2), sharey=True)
     if fedavg:
         total, xs = 0, []
         for r in fedavg:
             total += r["bytes_up"] + r["bytes_down"]
             xs.append(total / 1e6)
-        ax.plot(xs, [r["accuracy"] for r in fedavg], "o-", label="FedAvg (joint fine-tune), after each round")
-    ax.plot([(red["bytes_up"] + red["bytes_down"]) / 1e6], [red["accuracy"]], "r*", ms=14, label="RED, one round")
+        label = "FedAvg (joint fine-tune), after each round"
+        by_bytes.plot(xs, [r["accuracy"] for r in fedavg], "o-", label=label)
+        by_round.plot([r["round"] for r in fedavg], [r["accuracy"] for r in fedavg], "o-", label=label)
+    for i, (method, m) in enumerate((oneshot or {}).items()):
+        exchanged = (m["bytes_up_total"] + m["bytes_down_per_owner"] * len(red["owners"])) / 1e6
+        marker = "sDv^<>ph"[i % 8]
+        by_bytes.plot([exchanged], [m["test_accuracy"]], marker, ms=8, label=f"{method}, one round")
+        by_round.plot([1], [m["test_accuracy"]], marker, ms=8)
+    red_bytes = (red["bytes_up"] + red["bytes_down"]) / 1e6
+    by_bytes.plot([red_bytes], [red["accuracy"]], "r*", ms=14, label="RED, one round")
+    by_round.plot([1], [red["accuracy"]], "r*", ms=14)
     if "joint_central" in results:
-        ax.axhline(results["joint_central"]["accuracy"], ls="--", c="gray", label="joint, trained centrally")
-    ax.set_xscale("log")
-    ax.set_xlabel("bytes exchanged, every owner, up + down (MB, log scale)")
-    ax.set_ylabel("test accuracy (in scope)")
-    ax.legend(loc="lower right", fontsize=8)
-    ax.grid(alpha=0.3)
+        for ax in (by_bytes, by_round):
+            ax.axhline(results["joint_central"]["accuracy"], ls="--", c="gray", label="joint, trained centrally")
+    by_bytes.set_xscale("log")
+    by_bytes.set_xlabel("bytes exchanged, every owner, up + down (MB, log scale)")
+    by_round.set_xlabel("rounds")
+    by_bytes.set_ylabel("test accuracy (in scope)")
+    by_bytes.legend(loc="lower right", fontsize=7)
+    for ax in (by_bytes, by_round):
+        ax.grid(alpha=0.3)
     fig.tight_layout()
-    fig.savefig(out / FIGURE, dpi=120)
+    fig.savefig(out / name, dpi=120)
     plt.close(fig)
-    return FIGURE
+    return name
 
 
 def render(results: dict, picture: str | None) -> str:
