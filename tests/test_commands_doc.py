@@ -192,6 +192,14 @@ ELSEWHERE = {
         '"reproduce", "steps"',
     ),
     "redkit add-expert --run runs/steps --operation mul": ("test_steps.py", '"add-expert"'),
+    "redkit hash-token --token-env ACME_TOKEN": (
+        "test_upload_hardening.py",
+        '"hash-token", "--token-env", "ACME_TOKEN"',
+    ),
+    "redkit federate --runtime deployment --netns --out RUN": (
+        "test_federated_deployment.py",
+        "OwnersNetwork(",
+    ),
     "redkit fit --data DIR --out RUN --recipe replay-free": ("test_replay_free_recipe.py", '"--recipe", "replay-free"'),
     "redkit reproduce task1 --nproc 2": ("test_distributed.py", '"--nproc", "2"'),
     "torchrun --nproc_per_node 2 -m redkit.train.distributed runs/task1": (

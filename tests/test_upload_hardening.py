@@ -250,6 +250,10 @@ def test_unpacking_what_is_refused_stays_small_in_memory():
         "pax headers chained": pax_chain(3000),
     }
     peaks = {name: peak_bytes(body) for name, body in cases.items()}
+    print(
+        "peak bytes while refusing:",
+        {name: f"{peak:,} of a {len(cases[name]):,}-byte body" for name, peak in peaks.items()},
+    )
     assert all(peak < 2 * 2**20 for peak in peaks.values()), peaks
 
 

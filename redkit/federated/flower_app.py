@@ -16,9 +16,9 @@ the same settings from the run config (key "settings": Settings as JSON) and eac
 given (never read off a directory: two owners' data directories may both be called "data"), and two nodes that
 give one name are both refused before anything of theirs is staged.
 
-Faults: each round (RED's, each of FedAvg's) waits `round_timeout` seconds for its replies at most; an owner whose process dies (or that
-does not answer in time) is left out of that round, named in the results, and the round goes on with the
-others. RED's results are written before FedAvg starts, so nothing FedAvg does can lose them.
+Faults: each round (RED's, each of FedAvg's) waits `round_timeout` seconds for its replies at most; an owner
+whose process dies (or that does not answer in time) is left out of that round, named in the results, and the
+round goes on with the others. RED's results are written before FedAvg starts: nothing FedAvg does can lose them.
 """
 
 import json

@@ -31,11 +31,12 @@ def figure(out: Path, results: dict, oneshot: dict | None = None, name: str = FI
         label = "FedAvg (joint fine-tune), after each round"
         by_bytes.plot(xs, [r["accuracy"] for r in fedavg], "o-", label=label)
         by_round.plot([r["round"] for r in fedavg], [r["accuracy"] for r in fedavg], "o-", label=label)
+    colours = [c for i, c in enumerate(plt.get_cmap("tab10").colors) if i not in (0, 3)]  # FedAvg's blue, RED's red
     for i, (method, m) in enumerate((oneshot or {}).items()):
         exchanged = (m["bytes_up_total"] + m["bytes_down_per_owner"] * len(red["owners"])) / 1e6
-        marker = "sDv^<>ph"[i % 8]
-        by_bytes.plot([exchanged], [m["test_accuracy"]], marker, ms=8, label=f"{method}, one round")
-        by_round.plot([1], [m["test_accuracy"]], marker, ms=8)
+        style = {"marker": "sDv^<>ph"[i % 8], "ms": 8, "ls": "", "c": colours[i % len(colours)]}
+        by_bytes.plot([exchanged], [m["test_accuracy"]], **style, label=f"{method}, one round")
+        by_round.plot([1], [m["test_accuracy"]], **style)
     red_bytes = (red["bytes_up"] + red["bytes_down"]) / 1e6
     by_bytes.plot([red_bytes], [red["accuracy"]], "r*", ms=14, label="RED, one round")
     by_round.plot([1], [red["accuracy"]], "r*", ms=14)
@@ -46,7 +47,7 @@ def figure(out: Path, results: dict, oneshot: dict | None = None, name: str = FI
     by_bytes.set_xlabel("bytes exchanged, every owner, up + down (MB, log scale)")
     by_round.set_xlabel("rounds")
     by_bytes.set_ylabel("test accuracy (in scope)")
-    by_bytes.legend(loc="lower right", fontsize=7)
+    by_bytes.legend(loc="lower left", fontsize=7)
     for ax in (by_bytes, by_round):
         ax.grid(alpha=0.3)
     fig.tight_layout()
