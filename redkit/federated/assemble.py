@@ -28,7 +28,7 @@ from redkit.errors import RedkitError
 from redkit.federated.owner import FORMAT, MANIFEST, PARTS
 from redkit.federated.plan import FederationPlan, write_host
 from redkit.federated.upload import SIZE_LIMIT
-from redkit.federated.validate import validate
+from redkit.federated.validate import manifest_label_rows, validate
 from redkit.fitting.config import FitConfig
 from redkit.fitting.data import FitData
 from redkit.fitting.run import FEDERATION, FitRun
@@ -84,9 +84,7 @@ def check(
     rows = manifest.get("label_rows")
     if not isinstance(rows, dict) or set(rows) != set(domains):
         raise RedkitError(f"{where}: {MANIFEST} field 'label_rows' must give each of its domains' labels")
-    for domain, labels in rows.items():
-        if not isinstance(labels, list) or not labels or not all(isinstance(x, str) for x in labels):
-            raise RedkitError(f"{where}: {MANIFEST} field 'label_rows' of {domain!r} must be a list of label names")
+    rows = manifest_label_rows(manifest, where)  # plain names, one row each: before others' are compared
     refuse_conflicts(owner, manifest, others)
     if manifest.get("fingerprint") != plan.fingerprint:
         raise RedkitError(
@@ -117,16 +115,16 @@ def check(
         for relative, entry in manifest["files"].items():
             if file_digest(staging / relative) != entry.get("sha256"):
                 raise RedkitError(f"{where}: file {relative!r} does not have the sha256 its manifest gives")
+        loaded = {}  # {"modules/<part>/<domain>": (module, meta)}: each loaded once, for validate too
         for module in sorted({str(Path(r).parent) for r in manifest["files"]}):
             try:
-                _, meta = load_module(staging / module, plan.fingerprint)  # its own fingerprint, and loadable
+                loaded[module] = load_module(staging / module, plan.fingerprint)  # its own fingerprint, loadable
             except RedkitError as err:  # said of the owner's file, not of the server's staging folder
                 raise RedkitError(f"{where}: {str(err).replace(f'{staging}/', '')}") from None
-            if meta.config.get("dim") != manifest.get("dim"):
-                raise RedkitError(
-                    f"{where}: {module} is of width {meta.config.get('dim')}, its manifest says {manifest.get('dim')}"
-                )
-        validate(staging, manifest, plan, where)  # what the files hold: label rows, statistics (validate.py)
+            dim = loaded[module][1].config.get("dim")
+            if dim != manifest.get("dim"):
+                raise RedkitError(f"{where}: {module} is of width {dim}, its manifest says {manifest.get('dim')}")
+        validate(loaded, rows, plan, where)  # what the files hold: label rows, statistics (validate.py)
         target = Path(work) / owner
         install_module(staging, target)  # one rename: an owner's earlier contribution is replaced whole
     finally:

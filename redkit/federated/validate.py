@@ -1,7 +1,9 @@
 """What a contribution's files say, checked before its statistics are summed into everyone's router.
 
 assemble.check has checked the files themselves (names, sizes, sha256, fingerprints, each module loadable:
-store.py's read_weights refuses NaN and infinite weights) when it calls `validate`, which reads what they hold:
+store.py's read_weights refuses NaN and infinite weights) and the manifest's label rows
+(`manifest_label_rows`, before anything is staged) when it calls `validate` with the modules it loaded, which
+reads what they hold:
 
     label_rows   the manifest's {domain: labels}: each a non-empty list of plain names (check_name), no label twice
     kinds        modules/<part>/<d> a module of that part's kind (a residual expert, label rows, statistics)
@@ -35,7 +37,6 @@ from redkit.federated.owner import PARTS
 from redkit.federated.upload import MANIFEST
 from redkit.incremental.projection import WIDTH
 from redkit.incremental.statistics import GRID, on_grid
-from redkit.modules.store import load_module
 from redkit.names import check_name
 from redkit.routers.gaussian import STATISTICS
 
@@ -43,26 +44,27 @@ MAX_COUNT = 10_000_000  # examples of one class (see above)
 MAX_MEAN = 1e4  # |an entry of a class mean of φ| (see above)
 
 
-def validate(staging: Path, manifest: dict, plan, where: str) -> None:
-    """The contribution staged at `staging` (its files checked and loadable), of `manifest`, for `plan`; one
-    line naming `where` (the owner), the domain and the field otherwise."""
-    for domain, labels in label_rows(manifest, where).items():
+def validate(loaded: dict[str, tuple], rows: dict[str, tuple[str, ...]], plan, where: str) -> None:
+    """The contribution's modules as check loaded them ({"modules/<part>/<domain>": (module, meta)}), of label
+    rows `rows` (manifest_label_rows), for `plan`; one line naming `where` (the owner), the domain and the field
+    otherwise."""
+    for domain, labels in rows.items():
         at = f"{where}: domain {domain!r}"
-        modules = {part[-1]: load_part(Path(staging), part, domain, plan.fingerprint, at) for part in PARTS}
+        modules = {part[-1]: of_kind(loaded, part, domain, at) for part in PARTS}
         if tuple(modules["label_rows"].config.labels) != labels:
             raise RedkitError(f"{at}: label_rows field 'labels' must be its {MANIFEST} label_rows, in order")
         check_statistics(modules[STATISTICS], tuple(f"{domain}/{label}" for label in labels), plan.router_options, at)
 
 
-def load_part(staging: Path, part: tuple[str, ...], domain: str, fingerprint: str, at: str):
+def of_kind(loaded: dict[str, tuple], part: tuple[str, ...], domain: str, at: str):
     """The module of `part` (("experts", "residual"), ...) of `domain`, of that part's kind (its last name)."""
-    module, meta = load_module(staging.joinpath("modules", *part, domain), fingerprint)
+    module, meta = loaded[str(Path("modules", *part, domain))]
     if meta.kind != part[-1]:
         raise RedkitError(f"{at}: {'/'.join(part)} field 'kind' is {meta.kind!r}, not {part[-1]!r}")
     return module
 
 
-def label_rows(manifest: dict, where: str) -> dict[str, tuple[str, ...]]:
+def manifest_label_rows(manifest: dict, where: str) -> dict[str, tuple[str, ...]]:
     """The manifest's label_rows (its keys its domains: check's), each a non-empty list of plain names, no
     label in two rows (a label belongs to one domain's rows)."""
     rows, seen = {}, {}
