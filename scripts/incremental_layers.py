@@ -29,6 +29,7 @@ def main() -> None:
     parser.add_argument("--layers", type=int, default=6, help="top layers tuned (default 6: every MiniLM layer)")
     parser.add_argument("--lr", action="append", type=float, default=None, help="rates to try (default: the search's)")
     parser.add_argument("--device", default=None, help="cpu, cuda, ... (default: the search's)")
+    parser.add_argument("--seed", type=int, default=None, help="the strategies' seed (default: the search's)")
     args = parser.parse_args()
     tuned = json.loads((args.search / "tuned.json").read_text())
     searched = IncrementalTuningConfig(
@@ -37,6 +38,7 @@ def main() -> None:
     study = searched.study()
     study.trainable_layers = args.layers
     study.device = args.device or study.device
+    study.seed = study.seed if args.seed is None else args.seed
     context = StudyContext(study, args.out)
     defaults = {group: dict(values) for group, values in DEFAULTS.items()}
     rows = []
@@ -55,6 +57,7 @@ def main() -> None:
                     "lr": lr,
                     "layers": args.layers,
                     "device": study.device,
+                    "seed": study.seed,
                     "final_accuracy": accuracy,
                     "top2_chosen_final_accuracy": top2,
                     "seconds": seconds,
