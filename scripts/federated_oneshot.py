@@ -1,5 +1,5 @@
 """The one-shot federated baselines built for frozen pretrained models, on CLINC150 split by domain as `redkit
-federate` splits it: FedNCM, Fed3R (with and without random features) and FedCOF (redkit/federated/oneshot.py).
+federate` splits it: FedNCM, Fed3R (with and without random features) and FedCOF (redkit/federated/oneshot/).
 
     python scripts/federated_oneshot.py                      # -> runs/federated-oneshot/results.json
     python scripts/federated_oneshot.py --federate RUN       # beside `redkit federate --out RUN`, and the figure

@@ -18,9 +18,7 @@ the stream with each owner's expert, so that any routing can be paired with any 
 Evaluation only: it reads the test classes to score, as the study does, and chooses on val.
 """
 
-import argparse
 import json
-from pathlib import Path
 
 import numpy as np
 import torch
@@ -31,10 +29,11 @@ from redkit.incremental.ridge import ridge_weights
 from redkit.incremental.statistics import ClassStatistics, merge
 from redkit.oos.threshold import choose_threshold, oos_metrics, rates
 from redkit.provenance import provenance
+from redkit_experiments.incremental.directory import open_study, study_arguments
 from redkit_experiments.incremental.methods import METHODS
 from redkit_experiments.incremental.methods.finetune import batched_scores
 from redkit_experiments.incremental.methods.red_tuned import router_features
-from redkit_experiments.incremental.study import IncrementalConfig, StudyContext
+from redkit_experiments.incremental.study import StudyContext
 
 WIDTHS = (2048, 4096, 10_000)  # 10,000: RanPAC's
 INPUTS = {  # what the ridge reads: (N, width) from a split's examples
@@ -134,13 +133,8 @@ def out_of_scope(context: StudyContext, tuned) -> dict:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("study", type=Path, help="a `redkit study incremental` directory (its config and cache)")
-    parser.add_argument("--out", type=Path, required=True, help="where to write the figures (JSON)")
-    args = parser.parse_args()
-    saved = json.loads((args.study / "config.json").read_text())
-    config = IncrementalConfig(**{k: tuple(v) if k == "methods" else v for k, v in saved.items()})
-    context = StudyContext(config, args.study)
+    args = study_arguments(__doc__.splitlines()[0]).parse_args()
+    context = open_study(args.study)
     stream, setting = context.stream, context.setting
 
     red, tuned = METHODS["red"](setting), METHODS["red_tuned"](setting)
@@ -155,6 +149,7 @@ def main() -> None:
     label = stream.label_of_class()
     all_steps = range(len(stream.steps))
 
+    config = context.config
     figures = {"study": str(args.study), "seed": config.seed, "protocol": config.protocol, "splits": {}}
     columns = torch.tensor(order)
     routers = {}  # (input, M, ρ) -> (φ, ridge weights (C, M)): solved once for both splits

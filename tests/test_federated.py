@@ -137,6 +137,31 @@ def test_a_contribution_that_claims_another_owners_domain_or_label_is_refused_be
     assert run.space.domains == tuple(sorted(names[:2]))
 
 
+def test_an_owner_accepted_earlier_answers_with_its_name_and_trains_nothing(owners, tmp_path):
+    """RED's one message carries the accepted owners' names (sha256): the accepted owner answers with its name
+    alone, reading none of its data (here there is none to read); any other owner goes on to train."""
+    from flwr.app import ConfigRecord, Context, Message, Metadata, RecordDict
+
+    from redkit.federated.flower_app import Settings, client_app, name_digest
+
+    missing = tmp_path / "no-data"
+    plan = owners["plan"].to_json()
+    settings = Settings(plan, str(tmp_path / "run"), 1, owner_names=["travel"], owner_dirs=[str(missing)])
+    app = client_app(replace(settings, owner_work=str(tmp_path / "work")))
+
+    def ask(accepted: list[str]) -> Message:
+        said = ConfigRecord({"plan": plan, "accepted": json.dumps([name_digest(n) for n in accepted])})
+        metadata = Metadata(1, "m1", 0, 5, "", "", time.time(), 3600.0, "train.red")
+        context = Context(run_id=1, node_id=5, node_config={"partition-id": 0}, state=RecordDict(), run_config={})
+        return app(Message(content=RecordDict({"plan": said}), metadata=metadata), context)
+
+    reply = ask(["banking", "travel"])
+    assert reply.content["owner"]["owner"] == "travel" and "files" not in reply.content
+    assert not (tmp_path / "work").exists()
+    with pytest.raises(RedkitError, match="no-data"):  # not accepted: it trains, and its data is not there
+        ask(["banking"])
+
+
 def test_two_nodes_that_give_one_owner_name_are_both_refused():
     from redkit.federated.flower_app import unique_names
 

@@ -1,4 +1,4 @@
-"""The one-shot federated baselines (redkit/federated/oneshot.py) on small random features: the owners' merged
+"""The one-shot federated baselines (redkit/federated/oneshot/) on small random features: the owners' merged
 uploads give the classifier the centralised computation gives on the pooled features, bytes are the arrays'
 sizes, FedCOF's covariance estimate is the hand computation and unbiased, and malformed uploads are refused."""
 
