@@ -82,13 +82,21 @@ def _tampered(owners, name, how):
         rel = next(rel for rel in received if rel.endswith("config.json"))
         received["../../escape/config.json"] = received.pop(rel)
         manifest["files"]["../../escape/config.json"] = manifest["files"].pop(rel)
+    elif how == "missing":  # a domain's statistics module neither sent nor listed
+        for rel in [rel for rel in received if "/statistics/" in rel]:
+            del received[rel], manifest["files"][rel]
     received[MANIFEST] = json.dumps(manifest).encode()
     return received
 
 
 @pytest.mark.parametrize(
     ("how", "says"),
-    [("backbone", "trained on backbone 0000"), ("sha256", "does not have the sha256"), ("path", "leaves")],
+    [
+        ("backbone", "trained on backbone 0000"),
+        ("sha256", "does not have the sha256"),
+        ("path", "leaves"),
+        ("missing", "no file 'modules/"),
+    ],
 )
 def test_a_bad_contribution_is_refused_in_one_line_and_nothing_is_written(owners, tmp_path, how, says):
     name = owners["dirs"][0].name

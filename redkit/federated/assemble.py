@@ -103,6 +103,8 @@ def check(
         if relative not in received or relative not in listed:
             missing = "received but not listed in" if relative in received else "listed in but not received with"
             raise RedkitError(f"{where}: file {relative!r} {missing} {MANIFEST}")
+    if absent := sorted(expected - listed):  # every domain brings every part: validate reads each of them
+        raise RedkitError(f"{where}: no file {absent[0]!r} in its contribution ({len(absent)} of its modules' files)")
     for relative, entry in manifest["files"].items():
         got = received[relative]
         if not isinstance(entry, dict) or entry.get("size") != len(got):
