@@ -20,19 +20,18 @@ Evaluation only: it reads the test classes to score, as the study does, and choo
 
 import json
 
-import numpy as np
 import torch
 
 from redkit.atomic import write_json
 from redkit.incremental.projection import ProjectionConfig, RandomProjection
 from redkit.incremental.ridge import ridge_weights
 from redkit.incremental.statistics import ClassStatistics, merge
-from redkit.oos.threshold import choose_threshold, oos_metrics, rates
 from redkit.provenance import provenance
 from redkit_experiments.incremental.directory import open_study, study_arguments
 from redkit_experiments.incremental.methods import METHODS
-from redkit_experiments.incremental.methods.finetune import batched_scores
 from redkit_experiments.incremental.methods.red_tuned import router_features
+from redkit_experiments.incremental.oos_operating_points import read_at_both
+from redkit_experiments.incremental.owner_evidence import adapted, gaussians, nearest
 from redkit_experiments.incremental.study import StudyContext
 
 WIDTHS = (2048, 4096, 10_000)  # 10,000: RanPAC's
@@ -42,8 +41,6 @@ INPUTS = {  # what the ridge reads: (N, width) from a split's examples
 }
 RIDGES = (1e-3, 1e-2, 1e-1)
 BETAS = (0.0, 0.05, 0.1, 0.2, 0.5, 1.0)
-SHRINKAGE = 0.2  # an owner's own covariance of its adapted features, shrunk as the Gaussian router's (gaussian.py)
-GIVE_UP = 0.01  # the issue's operating point: at most 1 point of val in-scope accuracy given up to reject
 
 
 def router_statistics(context: StudyContext, features, order: tuple[int, ...]) -> dict:
@@ -64,37 +61,14 @@ def router_statistics(context: StudyContext, features, order: tuple[int, ...]) -
     return {width: (projections[width], totals[width].in_order(names)) for width in WIDTHS}
 
 
-@torch.no_grad()
-def adapted_features(tuned, name: str, examples) -> torch.Tensor:
-    """(N, d) pooled features of `examples` through owner `name`'s tuned top layers."""
-    tuned.backbone.load_top_state_dict(tuned.experts[name].top)
-    tuned.backbone.eval()
-    return batched_scores(lambda b: tuned.backbone(*b.batch(tuned.setting.device)), examples, tuned.setting.dim)
-
-
 def owner_densities(context: StudyContext, tuned) -> dict[str, torch.distributions.MultivariateNormal]:
     """Each owner's Gaussians of its own adapted training features: its class means, its own covariance (shrunk)."""
     densities = {}
     for t in range(len(context.stream.steps)):
         step = context.step_data(t)
-        z = adapted_features(tuned, step.name, step.train).double()
         labels = tuple(context.setting.class_names[c] for c in step.classes)
-        stats = ClassStatistics.of(z, step.local(step.train.classes), labels)
-        covariance = stats.scatter / (float(stats.counts.sum()) - len(labels))
-        scale = torch.trace(covariance) / len(covariance)
-        covariance = (1 - SHRINKAGE) * covariance + SHRINKAGE * scale * torch.eye(len(covariance), dtype=torch.float64)
-        densities[step.name] = torch.distributions.MultivariateNormal(stats.means, covariance)
+        densities[step.name] = gaussians(adapted(tuned, step.name, step.train), step.local(step.train.classes), labels)
     return densities
-
-
-def at_most_one_point(val: tuple, test: tuple) -> dict:
-    """OOS recall at the threshold that rejects the most val OOS queries while giving up at most GIVE_UP of val
-    in-scope accuracy (the issue's operating point); val and test are (in scores, in right, oos scores)."""
-    in_scores, in_right, oos = val
-    floor = float(in_right.mean()) - GIVE_UP
-    candidates = np.unique(np.concatenate([[-np.inf], in_scores]))
-    allowed = [t for t in candidates if rates(t, in_scores, in_right, oos)[0] >= floor]
-    return oos_metrics(float(max(allowed)), *test)
 
 
 @torch.no_grad()
@@ -107,8 +81,7 @@ def query_scores(context: StudyContext, tuned, densities: dict, split: str, rows
     for k, name in enumerate(tuned.owners):
         idx = (routed == k).nonzero(as_tuple=True)[0]
         if len(idx):
-            z = adapted_features(tuned, name, queries.subset(idx)).double()  # (n, d)
-            density[idx] = densities[name].log_prob(z[:, None, :]).amax(-1)  # (n, C_k) -> its nearest class
+            density[idx] = nearest(densities[name], adapted(tuned, name, queries.subset(idx)))  # (n,)
     ridge = tuned.ridge_scores(queries)  # (N, C_seen)
     scores = {"msp": log_p.exp().amax(-1), "ridge": ridge.amax(-1), "density": density}
     return {k: v.double().numpy() for k, v in scores.items()}, log_p.argmax(-1)
@@ -128,7 +101,7 @@ def out_of_scope(context: StudyContext, tuned) -> dict:
     for score in scored["val"]:
         val = (scored["val"][score], right["val"], scored["oos_val"][score])
         test = (scored["test"][score], right["test"], scored["oos_test"][score])
-        out[score] = {"larson": oos_metrics(choose_threshold(*val), *test), "one point": at_most_one_point(val, test)}
+        out[score] = read_at_both(val, test)
     return out
 
 

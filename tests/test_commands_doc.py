@@ -105,13 +105,6 @@ SWEEP = {
         "What is 40 minus 3?",
     ],
     "redkit predict --run runs/task1 --file questions.txt": ["predict", "--run", "{run}", "--file", "{tmp}/q.txt"],
-    "redkit export --run runs/mine --out bundles/mine": ["export", "--run", "{run}", "--out", "{tmp}/bundle"],
-    'redkit predict --bundle bundles/mine "freeze my card"': [
-        "predict",
-        "--bundle",
-        "{tmp}/bundle",
-        "What is 2 plus 2?",
-    ],
     "redkit reproduce task1 --experts 10": ["reproduce", "task1", *TINY, "--experts", "10", "--out", "{tmp}/k10"],
     "redkit study noise --run runs/task1 [--composition red ...] [--model misroute ...] [--draws 20]": [
         "study",
@@ -134,20 +127,6 @@ SWEEP = {
         "rank",
         "--part",
         "correction",
-    ],
-    "redkit study seeds --task task1|task2|digits --seeds 5 [--out runs/seeds-task1]": [
-        "study",
-        "seeds",
-        "--task",
-        "task1",
-        "--seeds",
-        "2",
-        "--n",
-        "400",
-        "--max-epochs",
-        "1",
-        "--out",
-        "{tmp}/seeds",
     ],
     "redkit study complexity --run runs/task1 [--repeats 50]": [
         "study",
@@ -187,6 +166,16 @@ SWEEP = {
 # with domains added, processes): the file, and the words of the invocation it must still hold (the command
 # line, or for the levers study the function its command calls with smaller grids).
 ELSEWHERE = {
+    # seconds each (an ONNX export, a study of two seeds), already run by these tests
+    "redkit export --run runs/mine --out bundles/mine": (
+        "test_lifecycle.py",
+        '["export", "--run", world["run"], "--out", bundle]',
+    ),
+    'redkit predict --bundle bundles/mine "freeze my card"': ("test_federated.py", '["predict", "--bundle", str('),
+    "redkit study seeds --task task1|task2|digits --seeds 5 [--out runs/seeds-task1]": (
+        "test_study.py",
+        '["study", "seeds", "--task", "task1", "--seeds", "2"',
+    ),
     "redkit reproduce steps [--out runs/steps] [--programs 80000] [--eval FILE.jsonl ...]": (
         "test_steps.py",
         '"reproduce", "steps"',

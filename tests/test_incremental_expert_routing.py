@@ -1,4 +1,4 @@
-"""scripts/incremental_expert_routing.py: the routers it pairs, and an owner's Gaussians, checked by hand."""
+"""scripts/incremental_expert_routing.py: the routers it pairs, checked by hand."""
 
 import torch
 from conftest import load_script
@@ -26,18 +26,3 @@ def test_beside_the_ridge_over_every_owner_or_its_best_few():
     # among the ridge's best 2 only: query 0 chooses between owners 0 and 1 (0.9 against 1.0), query 1 between
     # 1 and 2 (0.7 against 0.8)
     assert routing.route(e, "density", beta=0.1, scope=2).tolist() == [1, 2]
-
-
-def test_an_owner_gaussians_and_the_nearest_class_log_likelihood():
-    torch.manual_seed(0)
-    z = torch.randn(40, 3, dtype=torch.float64)
-    local = torch.arange(40) % 2
-    density = routing.gaussians(z, local, ("a", "b"))
-    means = torch.stack([z[local == c].mean(0) for c in (0, 1)])
-    centred = z - means[local]
-    covariance = centred.T @ centred / (40 - 2)
-    shrunk = 0.8 * covariance + 0.2 * torch.trace(covariance) / 3 * torch.eye(3, dtype=torch.float64)
-    assert torch.allclose(density.loc, means) and torch.allclose(density.covariance_matrix[0], shrunk)
-    query = torch.tensor([[0.1, -0.2, 0.3]], dtype=torch.float64)
-    by_hand = max(float(torch.distributions.MultivariateNormal(means[c], shrunk).log_prob(query[0])) for c in (0, 1))
-    assert abs(float(routing.nearest(density, query)[0]) - by_hand) < 1e-10

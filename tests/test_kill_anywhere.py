@@ -86,8 +86,7 @@ def kill_in(process: subprocess.Popen, run: Path, target: str, rng: random.Rando
 
 def test_killed_anywhere_ends_as_an_uninterrupted_run(tmp_path):
     reference = tmp_path / "reference"
-    done = start(reference)
-    assert done.wait() == 0, done.stderr.read()
+    done = start(reference)  # alongside the killed runs: they run in slices of milliseconds, stopped in between
     rng = random.Random(13)
     run, kills, attempts = tmp_path / "killed", Counter(), 0
     while min(kills[s] for s in STAGES) < KILLS_PER_STAGE and attempts < MAX_ATTEMPTS:
@@ -101,6 +100,7 @@ def test_killed_anywhere_ends_as_an_uninterrupted_run(tmp_path):
         else:
             kills[hit] += 1
     print(f"kills per stage: {dict(kills)} in {attempts} attempts")
+    assert done.wait() == 0, done.stderr.read()
     finish = start(run)
     assert finish.wait() == 0, finish.stderr.read()
     assert sum(kills.values()) >= 5 and all(kills[s] >= KILLS_PER_STAGE for s in STAGES), dict(kills)
