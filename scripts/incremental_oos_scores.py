@@ -56,12 +56,17 @@ COMBINATIONS = (  # (A, B, ...): A + γ B + γ' C ..., each weight among GAMMAS
 )
 
 
-@torch.no_grad()
-def lda_posterior(tuned, queries) -> torch.Tensor:
-    """(N,) the log of the largest class posterior under the linear discriminant (redkit/incremental/gaussian.py)
-    of red_tuned's router statistics: the server's own numbers, nothing more sent."""
+def lda_of(tuned) -> tuple[torch.Tensor, torch.Tensor]:
+    """(weight (C, M), bias (C,)) of the linear discriminant (redkit/incremental/gaussian.py) of red_tuned's router
+    statistics: the server's own numbers, nothing more sent. Solved once, for every split."""
     order = tuple(tuned.setting.class_names[c] for name in tuned.owners for c in tuned.experts[name].classes)
-    weight, bias = discriminant(tuned.statistics.in_order(order))  # (C, M), (C,)
+    return discriminant(tuned.statistics.in_order(order))
+
+
+@torch.no_grad()
+def lda_posterior(tuned, lda: tuple[torch.Tensor, torch.Tensor], queries) -> torch.Tensor:
+    """(N,) the log of the largest class posterior under the discriminant `lda` (lda_of)."""
+    weight, bias = lda
     blocks = torch.arange(len(queries)).split(BATCH)
     phi = [tuned.projection(router_features(queries.subset(b))) for b in blocks]  # (n, M) each
     return torch.cat([torch.log_softmax(x @ weight.T + bias, dim=-1).amax(-1) for x in phi])
@@ -95,13 +100,14 @@ def main() -> None:
     tuned, owners = owners_through_the_stream(context)
     label, all_steps = stream.label_of_class(), range(len(stream.steps))
 
+    lda = lda_of(tuned)
     scored, right = {}, {}
     for split in ("val", "test", "oos_val", "oos_test"):
         rows = stream.rows(split, all_steps) if split in ("val", "test") else None
         queries = context.queries(split, rows)
         e, answers = evidence(tuned, owners, queries)
         routed = e["ridge"].argmax(-1)  # (N,) red_tuned's routing: the owner of the best class
-        scored[split] = scores_of(e, routed) | {"LDA posterior": lda_posterior(tuned, queries).numpy()}
+        scored[split] = scores_of(e, routed) | {"LDA posterior": lda_posterior(tuned, lda, queries).numpy()}
         if rows is not None:
             answer = answers.gather(1, routed[:, None]).squeeze(1)  # (N,) stream classes
             right[split] = (label[answer] == label[stream.class_of[split][rows]]).numpy()
