@@ -63,7 +63,7 @@ class FittedRun:
         composed = compose(composition, modules, h, alpha_router.argmax(dim=-1))
         weights = composed.weights if composed.weights is not None else alpha_router
         probs = composed.probs.cpu()
-        rejected = self._out_of_scope(composition, composed, h, texts)
+        rejected = self._out_of_scope(composition, composed, h, texts, modules)
         return [
             Prediction(
                 self._label(int(p.argmax())),
@@ -74,7 +74,7 @@ class FittedRun:
             for p, w, r in zip(probs, weights.cpu(), rejected if rejected is not None else [None] * len(probs))
         ]
 
-    def _out_of_scope(self, composition: str, composed, h, texts: list[str]):
+    def _out_of_scope(self, composition: str, composed, h, texts: list[str], modules):
         """(N,) bool: below the composition's OOS threshold (`<run>/oos.json`, chosen on val +
         OOS validation texts by `redkit fit --oos`), or None where the run has none for it."""
         from redkit.jsonfile import read_json
@@ -85,15 +85,17 @@ class FittedRun:
         chosen = read_json(path, "an OOS threshold file").get(composition) if path.is_file() else None
         if chosen is None:
             return None
-        if chosen["score"] in ("msp", "router", "product"):  # from the composition's output alone
-            from redkit.oos.scores import score_table
+        from redkit.oos.owner_density import needs_owners
+        from redkit.oos.scores import MODULE_SCORES
 
-            score = score_table(composed.probs, composed.weights)[chosen["score"]]
+        stats = {name: tuple(value) for name, value in chosen.get("stats", {}).items()} or None
+        if chosen["score"] in MODULE_SCORES:  # from the run's modules alone
+            owners = modules if needs_owners(chosen["score"]) else None
+            score = composition_scores(composed, h, None, None, stats, modules=owners)[chosen["score"]]
         else:
             from redkit.features import encode
 
             pretrained = encode(frozen_backbone(self.run), texts).to(h.device)
-            stats = {name: tuple(value) for name, value in chosen.get("stats", {}).items()} or None
             score = composition_scores(composed, h, pretrained, views_of(self.run), stats)[chosen["score"]]
         return (score < chosen["threshold"]).cpu().tolist()
 

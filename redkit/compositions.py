@@ -36,6 +36,7 @@ from torch.nn import functional as F
 from redkit.errors import RedkitError
 from redkit.modules.labels import joined_classifier, widened
 from redkit.modules.store import load_module, module_exists
+from redkit.oos.owner_density import DENSITY
 from redkit.red import REDModel
 from redkit.red.layer import weighted
 from redkit.registry import Registry
@@ -134,6 +135,10 @@ class ModuleSet:
 
     def gate(self) -> nn.Module:
         return self._load("gate")
+
+    def density(self, domain: str) -> nn.Module:
+        """`domain`'s owner's Gaussians of its adapted features (redkit/oos/owner_density.py)."""
+        return self._load(DENSITY, domain)
 
 
 # Names before redkit 0.2, still read from a run's results.json or asked for by --composition.

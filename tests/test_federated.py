@@ -55,7 +55,8 @@ def test_a_contribution_carries_module_files_and_no_example(owners):
     name = owners["dirs"][0].name
     received = _received(owners, name)
     assert all(rel == MANIFEST or rel.startswith("modules/") for rel in received)
-    assert {Path(rel).parts[1] for rel in received if rel != MANIFEST} == {"experts", "label_rows", "statistics"}
+    parts = {"experts", "label_rows", "statistics", "density"}
+    assert {Path(rel).parts[1] for rel in received if rel != MANIFEST} == parts
     texts = [json.loads(line)["text"] for line in (owners["dirs"][0] / "train.jsonl").read_text().splitlines()]
     blob = b"".join(received.values())
     assert not any(t.encode() in blob for t in texts)  # no training text travels
@@ -67,7 +68,7 @@ def test_the_same_data_gives_the_same_contribution(owners, tmp_path):
     weights = {
         rel: e["sha256"] for rel, e in owners["manifests"][d.name]["files"].items() if rel.endswith("safetensors")
     }
-    assert len(weights) == 3 and all(again["files"][rel]["sha256"] == sha for rel, sha in weights.items())
+    assert len(weights) == 4 and all(again["files"][rel]["sha256"] == sha for rel, sha in weights.items())
 
 
 def _tampered(owners, name, how):
@@ -194,7 +195,7 @@ def test_over_flower_the_same_modules_as_on_one_machine_and_a_run_the_cli_reads(
     args = ["federate", "--data", str(owners["data"]), "--out", str(out), "--rounds", "1", "--joint-epochs", "1"]
     assert main(args) == 0
     results = json.loads((out / "results.json").read_text())
-    assert results["same_modules"] is True and results["modules_compared"] == 13
+    assert results["same_modules"] is True and results["modules_compared"] == 16
     assert abs(results["red"]["accuracy"] - results["one_machine"]["accuracy"]) <= 1e-4
     assert results["red"]["accuracy"] >= 0.9 and not results["red"]["missing"] and not results["red"]["refused"]
     assert set(results) >= {"red", "one_machine", "same_modules", "fedavg", "joint_central"}

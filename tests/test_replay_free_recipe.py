@@ -18,11 +18,13 @@ import torch
 from conftest import run_cli
 from safetensors.torch import load_file
 
+from redkit.fitting.replay_free import DOMAIN_PARTS
 from redkit.fitting.topics import write_topics
 
 pytestmark = pytest.mark.slow  # loads the backbone, trains each domain's modules
 
-WEIGHTS = ("experts/residual", "label_rows", "statistics")  # a domain's modules (replay_free.DOMAIN_PARTS)
+WEIGHTS = tuple("/".join(part) for part in DOMAIN_PARTS)  # a domain's modules
+OWNERS_RULE = {"score": "owners", "threshold": -4.0, "stats": {"density": [0.5, 2.0], "ridge": [0.1, 0.3]}}
 
 
 def _sha(path: Path) -> str:
@@ -63,7 +65,12 @@ def world(tmp_path_factory) -> dict:
     _jsonl(two / "test.jsonl", [x for x in test.read_text().splitlines() if json.loads(x)["domain"] in names])
     printed = io.StringIO()
     with contextlib.redirect_stdout(printed):
-        assert main(["fit", "--data", str(two), "--out", str(root / "run"), "--recipe", "replay-free"]) == 0
+        oos = ["--oos", str(last / "val.jsonl")]  # the third domain's queries: out of the two-domain run's scope
+        assert main(["fit", "--data", str(two), "--out", str(root / "run"), "--recipe", "replay-free", *oos]) == 0
+        # The owners' score as red's OOS rule (CLINC150's val chooses it; these toy domains tie every score), so
+        # that the bundle's serving graph, and the one POST /v1/domains rebuilds, compute it.
+        rules = json.loads((root / "run" / "oos.json").read_text())
+        (root / "run" / "oos.json").write_text(json.dumps(rules | {"red": OWNERS_RULE}))
         plug = ["add-domain", "--run", str(root / "run"), "--data", str(last), "--out", str(root / "added")]
         assert main(plug) == 0
         assert main(["export", "--run", str(root / "run"), "--out", str(root / "bundle")]) == 0
@@ -204,3 +211,68 @@ def test_removing_a_domain_leaves_no_module_trained_on_its_data(world, tmp_path,
 def test_a_pooled_stage_is_refused_on_a_replay_free_run(world, capsys, stage, says):
     code, _, err = run_cli(["train", stage, "--run", world["run"]], capsys)
     assert code == 2 and len(err.strip().splitlines()) == 1 and says in err
+
+
+def _owner_view(world) -> tuple:
+    """The run, its ModuleSet, and (h, α) of its own test queries and of the third domain's (its --oos file)."""
+    import torch
+
+    from redkit.api import load
+    from redkit.compositions import ModuleSet
+    from redkit.features import encode
+
+    run = load(world["run"]).run
+    modules = ModuleSet(run)
+    views = []
+    for texts in ([ex.question for ex in run.splits["test"]], run.oos_texts["oos_val"]):
+        h = encode(run.backbone, texts)
+        with torch.no_grad():
+            views.append((h, modules.router().route(h).probs))
+    return run, modules, views
+
+
+def test_what_the_owners_sent_tells_the_runs_queries_from_another_domains(world):
+    """Each owner's density of its adapted features (calibrated on its own val) and the ridge of the summed
+    statistics score the run's test queries above the third domain's; the run's OOS rule was chosen on val among
+    them (oos.json, with the `owners` sum's standardising statistics where it won)."""
+    import torch
+    from sklearn.metrics import roc_auc_score
+
+    from redkit.oos.owner_density import OWNER_SCORES, owner_scores
+
+    run, modules, ((h_in, alpha_in), (h_out, alpha_out)) = _owner_view(world)
+    with torch.no_grad():
+        scores_in, scores_out = owner_scores(modules, h_in, alpha_in), owner_scores(modules, h_out, alpha_out)
+        ridge_classes = modules.router().ridge_scores(h_in).argmax(dim=-1)
+    for name in OWNER_SCORES:
+        auroc = roc_auc_score([1] * len(h_in) + [0] * len(h_out), torch.cat([scores_in[name], scores_out[name]]))
+        assert auroc > 0.9, (name, auroc)
+    truth = run.split_tensors("test")[2]  # (N,) each query's domain
+    assert (modules.router().class_domains[ridge_classes] == truth).float().mean() > 0.9  # its rows in router order
+    chosen = json.loads((world["run"] / "results.json").read_text())["oos"]["chosen"]["red"]
+    assert chosen["score"] in ("msp", "router", "product", "density", "ridge", "owners")  # chosen among them
+    assert chosen["score"] != "owners" or sorted(chosen["stats"]) == ["density", "ridge"]
+
+
+def test_the_serving_graph_scores_the_owners_evidence_as_the_run_does(world):
+    """The bundle's ONNX graph computes red's OOS rule, the `owners` score (no torch at serving): ONNX Runtime's
+    answers are the run's, on the run's queries and on the third domain's, and it keeps them apart."""
+    import onnxruntime
+    import torch
+
+    from redkit.compositions import compose
+    from redkit.oos.evaluate import composition_scores
+
+    run, modules, views = _owner_view(world)
+    serving = world["bundle"] / "serving"
+    assert json.loads((serving / "serving.json").read_text())["oos"]["score"] == "owners"
+    session = onnxruntime.InferenceSession(str(serving / "model.onnx"), providers=["CPUExecutionProvider"])
+    texts = [ex.question for ex in run.splits["test"][:8]] + run.oos_texts["oos_val"][:8]
+    enc = run.backbone.tokenize(texts)
+    got = session.run(["oos_score"], {k: enc[k].numpy() for k in ("input_ids", "attention_mask")})[0]
+    h = torch.cat([views[0][0][:8], views[1][0][:8]])
+    with torch.no_grad():
+        composed = compose("red", modules, h, modules.router().route(h).probs.argmax(dim=-1))
+        stats = {k: tuple(v) for k, v in OWNERS_RULE["stats"].items()}
+        want = composition_scores(composed, h, None, None, stats, modules=modules)["owners"].numpy()
+    assert abs(got - want).max() < 1e-3 and got[:8].min() > got[8:].max()

@@ -50,6 +50,7 @@ from redkit.incremental.projection import ProjectionConfig, RandomProjection  # 
 from redkit.incremental.statistics import ClassStatistics  # noqa: E402
 from redkit.modules.layers import LabelRows  # noqa: E402
 from redkit.modules.store import ModuleMeta, load_module, save_module  # noqa: E402
+from redkit.oos.owner_density import OwnerDensity  # noqa: E402
 from redkit.red.layer import ResidualExpert  # noqa: E402
 from redkit.routers.gaussian import DomainStatistics  # noqa: E402
 from redkit.serve import admin  # noqa: E402
@@ -86,6 +87,12 @@ def statistics_of(domain: str, labels: tuple[str, ...], width: int = WIDTH) -> D
     return DomainStatistics.of(stats, RandomProjection(ProjectionConfig(DIM, width, 0)), DIM)
 
 
+def density_of(labels: tuple[str, ...]) -> OwnerDensity:
+    generator = torch.Generator().manual_seed(len(labels))
+    z, z_val = (torch.randn(10 * len(labels), DIM, generator=generator) for _ in range(2))
+    return OwnerDensity.of(z, torch.arange(len(z)) % len(labels), labels, z_val)
+
+
 def save_part(work: Path, part: tuple[str, ...], domain: str, module, kind: str | None = None) -> None:
     meta = ModuleMeta(kind or part[-1], vars(module.config), FINGERPRINT)
     save_module(work.joinpath("modules", *part, domain), module, meta)
@@ -119,7 +126,7 @@ def genuine(tmp_path_factory) -> Path:
     for domain, labels in ROWS.items():
         expert = ResidualExpert(ResidualExpert.Config(dim=DIM, rank=2))
         rows = LabelRows(LabelRows.Config(dim=DIM, num_classes=len(labels), labels=labels))
-        for part, module in zip(PARTS, (expert, rows, statistics_of(domain, labels))):
+        for part, module in zip(PARTS, (expert, rows, statistics_of(domain, labels), density_of(labels))):
             save_part(work, part, domain, module)
     write_manifest(work, ROWS)
     return work
@@ -131,9 +138,10 @@ def owner_dir(genuine, tmp_path) -> Path:
     return Path(shutil.copytree(genuine, tmp_path / "owner"))
 
 
-def tampered_statistics(work: Path, domain: str = "alpha", **tensors) -> Path:
-    """`work` with `domain`'s statistics tensors changed (counts=..., means=..., scatter=...), manifest refreshed."""
-    path = work / "modules" / "statistics" / domain
+def tampered_statistics(work: Path, domain: str = "alpha", part: str = "statistics", **tensors) -> Path:
+    """`work` with `domain`'s statistics tensors changed (counts=..., means=..., scatter=...; or another `part`'s),
+    manifest refreshed."""
+    path = work / "modules" / part / domain
     module, meta = load_module(path)
     for name, change in tensors.items():
         getattr(module, name).copy_(change(getattr(module, name).clone()))
@@ -290,9 +298,10 @@ def relabel(work: Path, rows: dict) -> Path:
     return work
 
 
-def restatistic(work: Path, module, kind: str | None = None) -> Path:
-    """`work` with another module saved as alpha's statistics (of `kind`, else statistics), manifest refreshed."""
-    save_part(work, ("statistics",), "alpha", module, kind)
+def restatistic(work: Path, module, kind: str | None = None, part: str = "statistics") -> Path:
+    """`work` with another module saved as alpha's statistics (or `part`; of `kind`, else the part's), manifest
+    refreshed."""
+    save_part(work, (part,), "alpha", module, kind)
     write_manifest(work, ROWS)
     return work
 
@@ -329,6 +338,14 @@ BAD_CONTENTS = {
     "statistics rows of another domain": (
         lambda w: restatistic(w, statistics_of("beta", ROWS["alpha"])),
         "statistics field 'labels' must be its label rows",
+    ),
+    "density of other labels": (
+        lambda w: restatistic(w, density_of(ROWS["beta"]), part="density"),
+        "domain 'alpha': density field 'labels' must be its label rows, in order",
+    ),
+    "density dividing by zero": (
+        lambda w: tampered_statistics(w, part="density", calibration=lambda c: c * torch.tensor([1.0, 0.0])),
+        "domain 'alpha': density field 'calibration' must end with a positive standard deviation",
     ),
     "a module of another kind": (
         lambda w: restatistic(w, LabelRows(LabelRows.Config(DIM, 3, ROWS["alpha"])), kind="label_rows"),

@@ -101,9 +101,9 @@ def _oos_thresholds(run: Path, tmp: Path) -> dict[str, str]:
     chosen = read_json(run / OOS, "an OOS threshold file")
     if not isinstance(chosen, dict):
         raise RedkitError(f"{run / OOS}: not an OOS threshold file (expected a JSON object)")
-    from redkit.oos.scores import OUTPUT_SCORES  # those of a composition's output alone
+    from redkit.oos.scores import MODULE_SCORES  # those of the run's modules alone
 
-    kept = {n: c for n, c in chosen.items() if isinstance(c, dict) and c.get("score") in OUTPUT_SCORES}
+    kept = {n: c for n, c in chosen.items() if isinstance(c, dict) and c.get("score") in MODULE_SCORES}
     if kept:
         write_json(tmp / OOS, kept)
     return {n: c.get("score") if isinstance(c, dict) else None for n, c in chosen.items() if n not in kept}

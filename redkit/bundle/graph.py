@@ -2,6 +2,8 @@
 
     input_ids, attention_mask (B, T) ─► backbone (frozen prefix + tuned top) ─► pooled h (B, d)
                                      ─► router α (B, K) ─► composition ─► probs (B, C), weights (B, K)
+                                     [─► the run's OOS score (B,): of the output, the owners' densities and the
+                                         router's ridge (redkit/oos/owner_density.py), or the training texts']
 
 The graph wraps the very modules the run evaluates with (`Backbone.forward`, `ModuleSet`,
 `compose`), so there is no second copy of RED's forward to keep in step: what the bundle answers is
@@ -27,7 +29,8 @@ from torch import nn
 from redkit.atomic import atomic_path, write_json
 from redkit.bundle.manifest import GRAPH, SETTINGS, TOKENIZER
 from redkit.errors import RedkitError
-from redkit.oos.scores import OUTPUT_SCORES
+from redkit.oos.owner_density import needs_owners, owner_scores
+from redkit.oos.scores import MODULE_SCORES
 
 
 class ServingGraph(nn.Module):
@@ -46,10 +49,13 @@ class ServingGraph(nn.Module):
         # submodules so that the exporter sees their weights as parameters.
         self.router = self.modules_.router()
         compose(composition, self.modules_, torch.zeros(1, d), torch.zeros(1, dtype=torch.long))
-        self.held = nn.ModuleList(self.modules_._loaded.values())
         self.oos_score = oos["score"] if oos else None
+        self.owners = self.modules_ if self.oos_score and needs_owners(self.oos_score) else None
+        if self.owners is not None:  # the owners' densities and the router's ridge, loaded now to be held
+            owner_scores(self.modules_, torch.zeros(1, d), torch.ones(1, run.space.num_domains))
+        self.held = nn.ModuleList(self.modules_._loaded.values())
         self.stats = {name: tuple(v) for name, v in (oos or {}).get("stats", {}).items()} or None
-        if self.oos_score is not None and self.oos_score not in OUTPUT_SCORES:
+        if self.oos_score is not None and self.oos_score not in MODULE_SCORES:
             # The nearest-neighbour scores compare a query with the training texts, in the tuned space and
             # in the pretrained backbone's: both banks and the pretrained backbone travel inside the graph.
             from redkit.oos.evaluate import views_of
@@ -63,7 +69,6 @@ class ServingGraph(nn.Module):
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> tuple[torch.Tensor, ...]:
         from redkit.oos.evaluate import Views, composition_scores
-        from redkit.oos.scores import score_table
 
         h = self.backbone(input_ids, attention_mask)  # (B, d)
         alpha = self.router.route(h).probs  # (B, K)
@@ -72,9 +77,9 @@ class ServingGraph(nn.Module):
         weights = composed.weights if composed.weights is not None else alpha
         if self.oos_score is None:
             return composed.probs, weights
-        if self.oos_score in OUTPUT_SCORES:
-            scores = score_table(composed.probs, composed.weights)
-        else:  # the same function FittedRun.predict and the OOS evaluation score with
+        if self.oos_score in MODULE_SCORES:  # the same function FittedRun.predict and the OOS evaluation score with
+            scores = composition_scores(composed, h, None, None, self.stats, modules=self.owners)
+        else:
             views = Views(self.bank, self.bank_domains, self.pretrained_bank)
             f = self.pretrained(input_ids, attention_mask)  # (B, d') the pretrained view
             scores = composition_scores(composed, h, f, views, self.stats, chunk=None)  # symbolic batch: no chunks

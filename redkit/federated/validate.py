@@ -11,13 +11,15 @@ reads what they hold:
     statistics   modules/statistics/<d> (redkit/routers/gaussian.py DomainStatistics, as train_domain saves it):
                  of the plan's φ (width, seed); a row "<d>/<label>" per label; counts whole, 1 to MAX_COUNT;
                  means within MAX_MEAN; scatter symmetric, positive semi-definite, small enough to sum exactly
+    density      modules/density/<d> (redkit/oos/owner_density.py): a class per label, in order; a positive sd
 
 Each refusal is one line naming the owner, the domain and the field. Why these: the router is the owners'
 statistics merged, so one owner's share reaches every query. A statistics row named after another domain
 would route its class there; a count of zero or below, a scatter that is not a scatter (asymmetric,
 indefinite, entries too large for redkit/incremental/statistics.py's exact sums), or a mean of 1e200 (its
 Σ⁻¹μ overflows the router's float32 weights into inf, and 0 · inf is NaN for every query) make the merged
-Gaussians meaningless or NaN for every owner's queries, not only this one's.
+Gaussians meaningless or NaN for every owner's queries, not only this one's. A density, by contrast, scores only
+the queries routed to its own domain: a forged one can hide its own domain's out-of-scope queries, no one else's.
 
 MAX_COUNT bounds one class's prior: π_c is its count over all counts, so an owner claiming 1e15 examples of a
 class would win every query near it whatever its likelihood. 10,000,000 examples per class is 100,000 times
@@ -38,6 +40,7 @@ from redkit.federated.upload import MANIFEST
 from redkit.incremental.projection import WIDTH
 from redkit.incremental.statistics import GRID, on_grid
 from redkit.names import check_name
+from redkit.oos.owner_density import DENSITY
 from redkit.routers.gaussian import STATISTICS
 
 MAX_COUNT = 10_000_000  # examples of one class (see above)
@@ -54,6 +57,7 @@ def validate(loaded: dict[str, tuple], rows: dict[str, tuple[str, ...]], plan, w
         if tuple(modules["label_rows"].config.labels) != labels:
             raise RedkitError(f"{at}: label_rows field 'labels' must be its {MANIFEST} label_rows, in order")
         check_statistics(modules[STATISTICS], tuple(f"{domain}/{label}" for label in labels), plan.router_options, at)
+        check_density(modules[DENSITY], labels, at)
 
 
 def of_kind(loaded: dict[str, tuple], part: tuple[str, ...], domain: str, at: str):
@@ -95,6 +99,14 @@ def check_statistics(module, labels: tuple[str, ...], router_options: dict, at: 
     if bool((means.abs() > MAX_MEAN).any()):
         raise RedkitError(f"{field} 'means' has entries beyond ±{MAX_MEAN:g}")
     check_scatter(scatter, field)
+
+
+def check_density(module, labels: tuple[str, ...], at: str) -> None:
+    """An OwnerDensity module: a class per label row, in order, and a calibration that divides by a positive sd."""
+    if tuple(module.config.labels) != labels:
+        raise RedkitError(f"{at}: density field 'labels' must be its label rows, in order")
+    if not float(module.calibration[1]) > 0:
+        raise RedkitError(f"{at}: density field 'calibration' must end with a positive standard deviation")
 
 
 def check_scatter(scatter: torch.Tensor, field: str) -> None:

@@ -6,6 +6,8 @@ a time, so the run is what its domains' owners would build without ever pooling 
                   experts/residual/<d>   Δh_d = B σ(A h)
                   label_rows/<d>         R_d over d's labels: p(y|h, d) = softmax R_d(h + Δh_d(h))
                   statistics/<d>         counts, class means and scatter of φ(h) (its share of the router)
+                  density/<d>            its class Gaussians of h + Δh_d(h), calibrated on its own val (the
+                                         out-of-scope score: redkit/oos/owner_density.py)
               trained by train_owner_share (redkit/incremental/owner.py), seeded by the domain's name
     router    the Gaussian router built from the statistics modules (redkit/routers/gaussian.py); the gate is
               the same router (the domain posterior does not depend on what it weighs)
@@ -30,7 +32,9 @@ from redkit.incremental.owner import owner_seed, train_owner_share
 from redkit.modules.layers import Classifier
 from redkit.modules.store import ModuleMeta, module_exists, save_module
 from redkit.names import check_name
+from redkit.oos.owner_density import DENSITY, OwnerDensity
 from redkit.routers.gaussian import STATISTICS, DomainStatistics, routing_projection
+from redkit.threads import one_thread
 from redkit.train.loop import Checkpoint
 from redkit.train.stages import PIPELINE, STAGES, timed
 
@@ -38,7 +42,7 @@ POOLED, REPLAY_FREE = "pooled", "replay-free"
 RECIPES = (POOLED, REPLAY_FREE)
 REPLAY_FREE_PIPELINE = ("host", "owners", "router", "gate")
 MAX_LENGTH = 128  # tokens: the federation plan's default (redkit/federated/plan.py)
-DOMAIN_PARTS = (("experts", "residual"), ("label_rows",), (STATISTICS,))  # what one domain's owner builds
+DOMAIN_PARTS = (("experts", "residual"), ("label_rows",), (STATISTICS,), (DENSITY,))  # what one domain's owner builds
 HOST_PARTS = (("backbone_top",), ("classifier",))  # what every owner trains through, trained by nobody
 
 
@@ -114,8 +118,8 @@ def domain_tensors(run, domain: str, split: str, labels: tuple[str, ...]) -> tup
 
 
 def train_domain(run, domain: str) -> dict:
-    """`domain`'s residual expert, label rows and routing statistics, trained on its own data alone and saved;
-    skipped when all three exist. The one implementation behind every replay-free path (module docstring)."""
+    """`domain`'s residual expert, label rows, routing statistics and density, trained on its own data alone and
+    saved; skipped when all four exist. The one implementation behind every replay-free path (module docstring)."""
     dirs = {part: run.module_dir(*part, domain) for part in DOMAIN_PARTS}
     if all(module_exists(path) for path in dirs.values()):
         return {"skipped": domain}
@@ -143,6 +147,11 @@ def train_domain(run, domain: str) -> dict:
         # rows named "domain/label": the router reads the domain off them
         named = replace(share.statistics, labels=tuple(f"{domain}/{label}" for label in labels))
         statistics = DomainStatistics.of(named, projection, run.feature_dim)
+        # The owner's Gaussians of its own adapted features, calibrated on its own val; on one thread, as the
+        # share is trained, so that every path computes the same bits (BLAS's sums depend on its threads).
+        with torch.no_grad(), one_thread():
+            adapted = [x + share.expert(x) for x in (train[0], val[0])]  # (N, d) each
+            density = OwnerDensity.of(adapted[0], train[1], labels, adapted[1])
         index = run.space.domains.index(domain)
         metrics = {
             "best_val_loss": result.best_val_loss,
@@ -151,7 +160,7 @@ def train_domain(run, domain: str) -> dict:
             "seconds": result.seconds,
             "examples": len(train[0]),
         }
-        for part, module in zip(DOMAIN_PARTS, (share.expert, share.rows, statistics)):
+        for part, module in zip(DOMAIN_PARTS, (share.expert, share.rows, statistics, density)):
             meta = ModuleMeta(
                 part[-1], vars(module.config), run.fingerprint, "", run.config.seed, index, metrics=metrics
             )

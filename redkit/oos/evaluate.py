@@ -3,8 +3,8 @@
 For each composition and score (redkit/oos/scores.py) the threshold is chosen on val (in-scope val
 + oos_val) and applied to test (+ oos_test); each composition keeps the score that did best on
 val. `<run>/oos.json` records {composition: {score, threshold[, stats]}} (stats: what the `views`
-score is standardised by, from val): what `predict` answers "out of scope" under. Oracle
-compositions are left out: an out-of-scope query has no true domain.
+or `owners` score is standardised by, from val, the ridge's weight folded into its spread): what `predict`
+answers "out of scope" under. Oracle compositions are left out: an out-of-scope query has no true domain.
 """
 
 from pathlib import Path
@@ -13,8 +13,9 @@ from typing import NamedTuple
 import torch
 
 from redkit.atomic import write_json
-from redkit.compositions import NEEDS_DOMAIN, compose
+from redkit.compositions import NEEDS_DOMAIN, MissingModule, compose
 from redkit.fitting.replay_free import is_replay_free
+from redkit.oos.owner_density import OWNER_SCORES, OWNERS, RIDGE_WEIGHTS, owner_scores
 from redkit.oos.scores import nearest_in_domain, nearest_similarity, score_table, standardised_sum, standardising_stats
 from redkit.oos.threshold import choose_threshold, oos_metrics, pooled_accuracy, tradeoff_curve
 
@@ -45,13 +46,24 @@ def composition_scores(
     views: Views | None,
     stats: dict | None = None,
     chunk: int | None = 2048,
+    modules=None,
 ) -> dict[str, torch.Tensor]:
     """{score: (N,)} of one composition's output on queries with tuned features h (N, d) and pretrained
     ones (N, d'): score_table's, the three nearest-neighbour scores, and `views` where `stats` (the
     standardising statistics chosen on val) are given. knn_domain needs the router's weights. Without `views` (a
-    run of the replay-free recipe keeps no training feature to compare a query with): score_table's alone."""
+    run of the replay-free recipe keeps no training feature to compare a query with): score_table's, and where
+    `modules` (its ModuleSet) are given and the composition routes, the owners' scores (and `owners`, with
+    `stats`)."""
     if views is None:
-        return score_table(composed.probs, composed.weights)
+        scores = score_table(composed.probs, composed.weights)
+        if modules is not None and composed.weights is not None:
+            try:
+                scores |= owner_scores(modules, h, composed.weights)
+            except MissingModule:  # a run whose owners sent no density (built before they did)
+                return scores
+            if stats is not None:
+                scores[OWNERS] = standardised_sum(scores, stats)
+        return scores
     scores = score_table(composed.probs, composed.weights, h, views.bank, chunk)
     scores["knn_pretrained"] = nearest_similarity(pretrained, views.pretrained_bank, chunk)
     if composed.weights is not None:
@@ -81,8 +93,9 @@ def _scored(
     for name in names:
         composed_in = compose(name, modules, h_in, torch.zeros(len(h_in), dtype=torch.long, device=run.device))
         composed_out = compose(name, modules, h_out, torch.zeros(len(h_out), dtype=torch.long, device=run.device))
-        scores_in = composition_scores(composed_in, h_in, f_in, views)
-        scores_out = composition_scores(composed_out, h_out, f_out, views)
+        owners = modules if views is None else None  # a replay-free run: what its owners sent
+        scores_in = composition_scores(composed_in, h_in, f_in, views, modules=owners)
+        scores_out = composition_scores(composed_out, h_out, f_out, views, modules=owners)
         correct = composed_in.probs.argmax(dim=-1).cpu().numpy() == truth
         out[name] = (scores_in, correct, scores_out)
     if run.config.references and run.bundle is None:
@@ -96,13 +109,29 @@ def _scored(
     return out
 
 
-def _with_views(scored: dict, stats: dict) -> dict:
-    """Add the `views` score (with val's standardising `stats` per composition) where it applies."""
+def _with_sums(scored: dict, stats: dict) -> dict:
+    """Add the `views` or `owners` score (with val's standardising `stats` per composition) where it applies."""
     for name, (scores_in, _, scores_out) in scored.items():
         if name in stats:
-            scores_in["views"] = standardised_sum(scores_in, stats[name])
-            scores_out["views"] = standardised_sum(scores_out, stats[name])
+            summed = OWNERS if OWNER_SCORES[0] in stats[name] else "views"
+            scores_in[summed] = standardised_sum(scores_in, stats[name])
+            scores_out[summed] = standardised_sum(scores_out, stats[name])
     return scored
+
+
+def owners_stats(scores_in: dict, correct, scores_out: dict) -> dict[str, tuple[float, float]]:
+    """`owners`' standardising statistics from val: each of density and ridge by its in-scope mean and sd, the
+    ridge's sd divided by its weight w, the w of RIDGE_WEIGHTS whose sum, thresholded as Larson et al. do, is the
+    most accurate on val's in-scope and OOS queries pooled."""
+    base = standardising_stats(scores_in, OWNER_SCORES)
+    best = None
+    for weight in RIDGE_WEIGHTS:
+        stats = {"density": base["density"], "ridge": (base["ridge"][0], base["ridge"][1] / weight)}
+        s_in, s_out = (standardised_sum(s, stats).cpu().numpy() for s in (scores_in, scores_out))
+        objective = pooled_accuracy(choose_threshold(s_in, correct, s_out), s_in, correct, s_out)
+        if best is None or objective > best[0]:
+            best = (objective, stats)
+    return best[1]
 
 
 def _numpy(scored: dict) -> dict:
@@ -124,8 +153,8 @@ def evaluate_oos(run, modules, names: list[str]) -> dict:
     val = _scored(run, modules, names, "val", run.splits["val"], "oos_val", views)
     stats = {
         name: standardising_stats(scores_in) for name, (scores_in, _, _) in val.items() if "knn_domain" in scores_in
-    }
-    val = _numpy(_with_views(val, stats))
+    } | {name: owners_stats(*scored) for name, scored in val.items() if OWNER_SCORES[0] in scored[0]}
+    val = _numpy(_with_sums(val, stats))
     chosen = {}
     for name, (scores_in, correct, scores_out) in val.items():
         best = None
@@ -138,12 +167,12 @@ def evaluate_oos(run, modules, names: list[str]) -> dict:
         chosen[name] = {
             "score": score,
             "threshold": tau,
-            **({"stats": stats[name]} if score == "views" else {}),
+            **({"stats": stats[name]} if score in ("views", OWNERS) else {}),
             "val": oos_metrics(tau, scores_in[score], correct, scores_out[score]),
         }
     results = {"chosen": chosen, "test": {}, "curves": {}}
     if "test" in run.splits and "oos_test" in run.oos_texts:
-        test = _numpy(_with_views(_scored(run, modules, names, "test", run.splits["test"], "oos_test", views), stats))
+        test = _numpy(_with_sums(_scored(run, modules, names, "test", run.splits["test"], "oos_test", views), stats))
         for name, (scores_in, correct, scores_out) in test.items():
             tau = chosen[name]["threshold"]
             results["test"][name] = oos_metrics(

@@ -12,6 +12,9 @@ higher = more in-scope. Pure functions over tensors.
                     f: a second view, one the fine-tune never bent towards the training labels
     views           z(knn_domain) + z(knn_pretrained): both views, each standardised by its mean and
                     spread over the in-scope validation queries (where the threshold is chosen)
+    density, ridge, owners   what a replay-free run's owners sent: the routed owner's calibrated density of
+                    its adapted features, the ridge's best class score, their weighted standardised sum
+                    (redkit/oos/owner_density.py)
 
 The knn scores are not for the references, whose features are their own.
 """
@@ -19,8 +22,12 @@ The knn scores are not for the references, whose features are their own.
 import torch
 from torch.nn import functional as F
 
+from redkit.oos.owner_density import OWNER_SCORES, OWNERS
+
 VIEWS = ("knn_domain", "knn_pretrained")  # what `views` adds up
 OUTPUT_SCORES = ("msp", "router", "product")  # from a composition's output alone: no training features needed
+# from the run's modules alone (the output's, the owners' densities, the router's ridge): what a bundle computes too
+MODULE_SCORES = OUTPUT_SCORES + (*OWNER_SCORES, OWNERS)
 
 
 def _parts(x: torch.Tensor, chunk: int | None) -> tuple[torch.Tensor, ...]:

@@ -4,7 +4,10 @@ replay-free routing of redkit/incremental in a fit run (`--router gaussian`).
     owner of domain k   its classes' counts, means and within-class scatter of φ(h)       modules/statistics/<k>
                         (redkit/incremental/statistics.py; φ the frozen random features of projection.py)
     router              the owners' statistics merged (exact sums: any order, the same bits), one Gaussian per
-                        class with a shared covariance (gaussian.py), α_k(h) = softmax_k log Σ_{c in k} p(φ(h)|c) π_c
+                        class with a shared covariance (gaussian.py), α_k(h) = softmax_k log Σ_{c in k} p(φ(h)|c) π_c;
+                        beside it, from the same sums, the ridge's class weights (ridge.py), which do not route
+                        but say how far a query is from every class (the out-of-scope score of
+                        redkit/oos/owner_density.py)
 
 A new domain needs only its owner's statistics module: add-domain (and `redkit serve`'s POST /v1/domains)
 rebuild router and gate from the statistics modules, reading no domain's data, so an expert sent with
@@ -14,7 +17,7 @@ at `fit`, a new domain at add-domain --data, every domain when an existing run s
 The same router serves as the MoE gate: the domain posterior does not depend on which experts it weighs.
 
 Sizes: a statistics module holds a (M, M) float64 scatter (M = 2,048: 33.6 MB), kept in the run for the
-next change and never exported (the router holds the merged discriminant: C × M floats).
+next change and never exported (the router holds the merged discriminant and the ridge: 2 × C × M floats).
 """
 
 from dataclasses import dataclass
@@ -25,6 +28,7 @@ from torch.nn import functional as F
 from redkit.errors import RedkitError
 from redkit.incremental.gaussian import SHRINKAGE, discriminant, domain_scores
 from redkit.incremental.projection import WIDTH, ProjectionConfig, RandomProjection
+from redkit.incremental.ridge import RIDGE, ridge_weights
 from redkit.incremental.statistics import ClassStatistics, merge
 from redkit.modules.layers import MODULES
 from redkit.modules.store import ModuleMeta, load_module, module_exists, save_module
@@ -85,6 +89,8 @@ class GaussianRouterConfig:
     width: int = WIDTH  # M (redkit/incremental/projection.py, chosen on CLINC150's val)
     seed: int = 0  # φ's seed
     shrinkage: float = SHRINKAGE  # λ (redkit/incremental/gaussian.py)
+    ridge: float = 0.0  # ρ of the ridge's class weights (redkit/incremental/ridge.py); 0: none (a router built
+    # before they were)
 
 
 @register_router("gaussian")
@@ -101,10 +107,17 @@ class GaussianRouter(RouterBase):
         self.register_buffer("weight", torch.zeros(config.num_classes, out))  # (C, M) Σ⁻¹ μ_c
         self.register_buffer("bias", torch.zeros(config.num_classes))  # (C,)
         self.register_buffer("class_domains", torch.zeros(config.num_classes, dtype=torch.long))  # (C,)
+        if config.ridge:
+            self.register_buffer("ridge_weight", torch.zeros(config.num_classes, out))  # (C, M)
 
     def forward(self, h: torch.Tensor) -> torch.Tensor:  # (N, d) -> (N, K) log Σ_{c in k} p(φ(h)|c) π_c
         class_scores = self.projection(h) @ self.weight.T + self.bias  # (N, C)
         return domain_scores(class_scores, self.class_domains, self.config.num_experts)
+
+    def ridge_scores(self, h: torch.Tensor) -> torch.Tensor:  # (N, d) -> (N, C) φ(h) W_ridge
+        if not self.config.ridge:
+            raise RedkitError("this Gaussian router was built without the ridge's class weights: rebuild it")
+        return self.projection(h) @ self.ridge_weight.T
 
     def route(self, h: torch.Tensor) -> RouterOutput:
         """Soft, as the replay-free model weighs its owners: α = the domain posterior."""
@@ -145,7 +158,7 @@ class GaussianRouter(RouterBase):
 
     @classmethod
     def from_run(
-        cls, run, role: str, width: int = WIDTH, seed: int = 0, shrinkage: float = SHRINKAGE
+        cls, run, role: str, width: int = WIDTH, seed: int = 0, shrinkage: float = SHRINKAGE, ridge: float = RIDGE
     ) -> "GaussianRouter":
         """Merged from every domain's statistics module (each computed first where missing); `role`
         (router or gate) does not matter: the domain posterior is the same."""
@@ -164,8 +177,12 @@ class GaussianRouter(RouterBase):
         class_domains = torch.tensor([order[label.split("/", 1)[0]] for label in stats.labels])
         weight, bias = discriminant(stats, shrinkage)
         router = cls(
-            GaussianRouterConfig(run.feature_dim, run.space.num_domains, len(stats.labels), width, seed, shrinkage)
+            GaussianRouterConfig(
+                run.feature_dim, run.space.num_domains, len(stats.labels), width, seed, shrinkage, ridge
+            )
         )
+        if ridge:
+            router.ridge_weight.copy_(ridge_weights(stats, ridge).float())
         router.weight.copy_(weight.float())
         router.bias.copy_(bias.float())
         router.class_domains.copy_(class_domains)
