@@ -28,14 +28,24 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from redkit.incremental.gaussian import SHRINKAGE  # towards a scaled identity, as the Gaussian router's
 from redkit.incremental.statistics import ClassStatistics
 from redkit.modules.layers import MODULES
 
 DENSITY = "density"  # modules/density/<domain>: one owner's Gaussians of its adapted features
-SHRINKAGE = 0.2  # towards a scaled identity, as the Gaussian router's (redkit/incremental/gaussian.py)
 OWNER_SCORES = ("density", "ridge")  # what `owners` adds up
 OWNERS = "owners"
 RIDGE_WEIGHTS = (1.0, 3.0, 10.0)  # w, the ridge's weight in `owners`, chosen on val
+
+
+def shrunk_covariance(stats: ClassStatistics, shrinkage: float = SHRINKAGE) -> torch.Tensor:
+    """(d, d) float64: the statistics' pooled within-class covariance, shrunk towards a scaled identity as the
+    Gaussian router's (redkit/incremental/gaussian.py discriminant, whose copy stays there: every study method's
+    source hash reads that file)."""
+    covariance = stats.scatter / max(float(stats.counts.sum()) - len(stats.labels), 1.0)
+    scale = torch.trace(covariance) / len(covariance)
+    eye = torch.eye(len(covariance), dtype=covariance.dtype)
+    return (1 - shrinkage) * covariance + shrinkage * scale * eye
 
 
 @dataclass
@@ -79,10 +89,7 @@ class OwnerDensity(nn.Module):
         adapted val features z_val (N', d), which calibrate it. Solved in float64, kept in float32."""
         stats = ClassStatistics.of(z.double(), y, tuple(labels))
         d = z.shape[1]
-        covariance = stats.scatter / max(float(stats.counts.sum()) - len(labels), 1.0)
-        scale = torch.trace(covariance) / d
-        covariance = (1 - SHRINKAGE) * covariance + SHRINKAGE * scale * torch.eye(d, dtype=torch.float64)
-        factor = torch.linalg.cholesky(covariance)  # L, lower
+        factor = torch.linalg.cholesky(shrunk_covariance(stats))  # L, lower
         whitening = torch.linalg.solve_triangular(factor, torch.eye(d, dtype=torch.float64), upper=False).T
         module = cls(OwnerDensityConfig(d, tuple(labels)))
         module.whitening.copy_(whitening.float())

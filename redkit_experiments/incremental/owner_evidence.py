@@ -28,10 +28,9 @@ import torch
 import torch.nn.functional as F
 
 from redkit.incremental.statistics import ClassStatistics
+from redkit.oos.owner_density import shrunk_covariance
 from redkit_experiments.incremental.methods import METHODS
 from redkit_experiments.incremental.methods.finetune import batched_scores
-
-SHRINKAGE = 0.2  # as the Gaussian router's (redkit/incremental/gaussian.py)
 
 
 @torch.no_grad()
@@ -46,10 +45,7 @@ def adapted(tuned, name: str, examples) -> torch.Tensor:
 def gaussians(z: torch.Tensor, local: torch.Tensor, labels: tuple) -> torch.distributions.MultivariateNormal:
     """An owner's class Gaussians of its own features z (N, d): its class means, its covariance shrunk."""
     stats = ClassStatistics.of(z, local, labels)
-    covariance = stats.scatter / (float(stats.counts.sum()) - len(labels))
-    scale = torch.trace(covariance) / len(covariance)
-    covariance = (1 - SHRINKAGE) * covariance + SHRINKAGE * scale * torch.eye(len(covariance), dtype=torch.float64)
-    return torch.distributions.MultivariateNormal(stats.means, covariance)
+    return torch.distributions.MultivariateNormal(stats.means, shrunk_covariance(stats))
 
 
 def nearest(density: torch.distributions.MultivariateNormal, z: torch.Tensor) -> torch.Tensor:
