@@ -56,7 +56,7 @@ class FittedRun:
         if own is not None:
             return own
         modules = ModuleSet(self.run)
-        h = encode(self.run.backbone, texts).to(self.run.device)  # (N, d)
+        h = encode(self.run.encoder, texts).to(self.run.device)  # (N, d); a run of tuned owners' (N, 2d + K d)
         with torch.no_grad():
             alpha_router = modules.router().route(h).probs  # (N, K) the router's full distribution
         # The router's top domain stands in for the true one that the oracle compositions take.
@@ -197,6 +197,7 @@ def fit_setup(
     router_options: dict | None = None,
     skip_invalid: bool = False,
     recipe: str = "pooled",
+    owner_experts: str = "residual",
 ):
     """(FitConfig, FitData): DATA_DIR read and checked, and what is `auto` settled from its training
     texts (redkit/fitting/recipe.py), before anything is written. `fit` trains from these.
@@ -204,7 +205,9 @@ def fit_setup(
     `recipe` "replay-free" (redkit/fitting/replay_free.py): every stage reads one domain's data at a time; its
     router is `gaussian` (None: that; a router trained on every domain is refused), it has no reference, each
     label belongs to one domain, and max_length is fixed (None: replay_free.MAX_LENGTH), not settled from every
-    domain's texts. `router` None: dense for the pooled recipe; `references` None: both for the pooled one."""
+    domain's texts. `router` None: dense for the pooled recipe; `references` None: both for the pooled one.
+    `owner_experts` "tuned" (replay-free only): each owner tunes its own top layers (`trainable_layers`, "auto": 2)
+    and the router reads the frozen layers' states too and routes by the ridge (redkit/fitting/tuned_owners.py)."""
     from redkit.backbone import BackboneConfig
     from redkit.backbone.locate import check_model_dir, default_backbone_path, length_limit, num_layers
     from redkit.backbone.model import token_lengths
@@ -217,7 +220,18 @@ def fit_setup(
 
     if recipe not in replay_free.RECIPES:
         raise RedkitError(f"--recipe {recipe!r}: expected one of {', '.join(replay_free.RECIPES)}")
+    if owner_experts not in replay_free.OWNER_EXPERTS:
+        raise RedkitError(f"--owner-experts {owner_experts!r}: expected one of {', '.join(replay_free.OWNER_EXPERTS)}")
     no_pooling = recipe == replay_free.REPLAY_FREE
+    tuned = owner_experts == replay_free.TUNED
+    if tuned and not no_pooling:
+        raise RedkitError("--owner-experts tuned: the owners of the replay-free recipe (add --recipe replay-free)")
+    if tuned:  # the study's red_tuned router: r = [h, lower] at M 4,096, routed by the ridge (options may override)
+        from redkit.incremental.tuned import ROUTER_WIDTH
+
+        router_options = {"input": "pooled+lower", "width": ROUTER_WIDTH, "routes_by": "ridge"} | dict(
+            router_options or {}
+        )
     router = router or ("gaussian" if no_pooling else "dense")
     references = tuple(() if no_pooling else ("joint", "linear_probe")) if references is None else tuple(references)
     ROUTERS[router]  # an unknown router or reference fails (did you mean) before anything is written
@@ -257,14 +271,21 @@ def fit_setup(
     )
     texts = [r.question for r in data.splits["train"]]
     rows: dict[str, tuple[str, ...]] = {}  # each domain's own labels (the replay-free recipe's label rows)
-    if no_pooling:  # nothing read across domains: a fixed length, nothing tuned (the pretrained top is served)
+    if no_pooling:  # nothing read across domains: a fixed length; the host's top is the pretrained one
         max_length = max_length or min(replay_free.MAX_LENGTH, length_limit(model_dir))
-        layers, rows = 1, replay_free.own_label_rows(data.labels, label_domains(data), str(data_dir))
+        rows = replay_free.own_label_rows(data.labels, label_domains(data), str(data_dir))
+        # the residual owners tune no layer (1: the pretrained top served as is); tuned ones their top layers
+        layers = (layers or replay_free.TUNED_LAYERS) if tuned else 1
+        if tuned and layers == num_layers(model_dir):
+            raise RedkitError(
+                f"--trainable-layers {layers}: the tuned owners' router reads the frozen layers' states; "
+                "leave at least one layer frozen"
+            )
     lengths = [] if no_pooling else token_lengths(model_dir, texts)
     settled = settle(lengths, num_layers(model_dir), length_limit(model_dir), max_length, layers)
     data.notes.append(
         f"replay-free recipe: max_length {max_length} tokens, the pretrained backbone untouched, every domain's "
-        "modules from its own data alone"
+        "modules from its own data alone" + (f" (each owner tunes its own top {layers} layers)" if tuned else "")
         if no_pooling
         else settled.line(len(texts))
     )
@@ -297,6 +318,7 @@ def fit_setup(
         references=references,
         router_options=dict(router_options or {}),
         recipe=recipe,
+        owner_experts=owner_experts,
         label_rows=rows,
     )
     for stage in ("base", "joint"):

@@ -15,6 +15,14 @@ oracle variants) and returns `Composed(probs (N, C), weights (N, K) or None)`.
     red_per_domain         Σ_i α_i softmax_{y∈D_i}(C(h + Δh_i(h)))      where each label belongs to one domain
                            D_i: p(y) = α_{d(y)} · p_{d(y)}(y), each expert predicting its own domain's labels
     red_per_domain_oracle  the same with α = one-hot(true domain)
+
+A run of tuned owners (redkit/fitting/tuned_owners.py) reads a query as [r, z_1, …, z_K], z_i the pooled output of
+owner i's own top layers (redkit/fitting/tuned_encoder.py), and has two compositions of its own (TUNED_COMPOSITIONS),
+under the names every command asks for:
+
+    red                    Σ_i α_i softmax_{y∈D_i}(R(z_i)), α = router    α one-hot on the ridge's domain: the routed
+                           owner's rows on its own top layers' output
+    red_oracle             the same with α = one-hot(true domain)
     red_mixture            Σ_i α_i softmax(C(h + Δh_i(h)))              RED mixing its experts' predictions
                            instead of their updates (a soft mixture where the router is unsure)
     domain_oracle          softmax over the true domain's labels of C(h)  no expert: what knowing the domain
@@ -40,6 +48,7 @@ from redkit.oos.owner_density import DENSITY
 from redkit.red import REDModel
 from redkit.red.layer import weighted
 from redkit.registry import Registry
+from redkit.routers.gaussian import routing_dim
 from redkit.train.stage_run import StageRun
 
 
@@ -87,7 +96,9 @@ class ModuleSet:
             )
             if partial and not module_exists(run.module_dir(*parts)):
                 raise MissingModule(f"modules/{key}")
-            self._loaded[key] = load_module(run.module_dir(*parts), run.fingerprint, run.feature_dim)[0].to(run.device)
+            # a router reads its own width (2d: a tuned run's r, redkit/routers/gaussian.py); every other module h's
+            dim = routing_dim(run) if parts[0] in ("router", "gate") else run.feature_dim
+            self._loaded[key] = load_module(run.module_dir(*parts), run.fingerprint, dim)[0].to(run.device)
         return self._loaded[key]
 
     def loaded(self) -> dict[str, nn.Module]:
@@ -129,6 +140,16 @@ class ModuleSet:
         if kind not in self._red:
             self._red[kind] = REDModel.from_parts(self.classifier(), self.experts(kind), tuple(self.run.space.domains))
         return self._red[kind]
+
+    def owner_views(self, h: torch.Tensor) -> torch.Tensor:
+        """(N, K, d) each owner's own view of queries with features h: h + Δh_k(h) through its residual expert, or in
+        a run of tuned owners the pooled output of its own top layers (the features' blocks after r)."""
+        from redkit.fitting.replay_free import has_tuned_owners
+
+        if not has_tuned_owners(self.run.config):
+            return self.red("residual").expert_hidden(h)
+        d = self.run.feature_dim
+        return h[:, 2 * d :].unflatten(1, (-1, d))  # no batch size named: the served graph keeps it dynamic
 
     def router(self) -> nn.Module:
         return self._load("router")
@@ -196,6 +217,11 @@ def _within_domains(modules: ModuleSet, h: torch.Tensor, logits: torch.Tensor, a
     mask = modules.run.space.domain_mask().to(logits.device)  # (K, C)
     within = F.softmax(logits.masked_fill(~mask, float("-inf")), dim=-1)  # (N, K, C), 0 outside domain i
     return weighted(within, alpha)
+
+
+def _tuned_logits(modules: ModuleSet, h: torch.Tensor) -> torch.Tensor:
+    """(N, K, C): every domain's rows on owner i's tuned view z_i (a run of tuned owners only: `compose`)."""
+    return modules.classifier()(modules.owner_views(h))
 
 
 MIXTURES: dict[str, Mixture] = {
@@ -297,6 +323,22 @@ def _domain_oracle(modules: ModuleSet, h: torch.Tensor, labels: torch.Tensor) ->
 
 
 COMPOSITIONS.register("domain_oracle")(_domain_oracle)
+
+
+def _tuned(alpha_of: Callable[[ModuleSet, torch.Tensor, torch.Tensor], torch.Tensor]) -> Callable:
+    def composition(modules: ModuleSet, h: torch.Tensor, labels: torch.Tensor) -> Composed:
+        alpha = alpha_of(modules, h, labels)
+        return Composed(_within_domains(modules, h, _tuned_logits(modules, h), alpha), alpha)
+
+    return composition
+
+
+# A run of tuned owners' compositions, under the names of their counterparts (its features are not h: no other
+# composition applies to it, and these to no other run).
+TUNED_COMPOSITIONS: dict[str, Callable[[ModuleSet, torch.Tensor, torch.Tensor], Composed]] = {
+    "red": _tuned(lambda m, h, y: router_alpha(m, "router", h)),
+    "red_oracle": _tuned(lambda m, h, y: one_hot_alpha(y, m.run.space.num_domains)),
+}
 NEEDS_DOMAIN = (
     "oracle",
     "red_oracle",
@@ -321,8 +363,16 @@ def compose(
     name: str, modules: ModuleSet, h: torch.Tensor, labels: torch.Tensor, alpha_noise: AlphaNoise | None = None
 ) -> Composed:
     """Composition `name` on features h (N, d). `alpha_noise` replaces softmax(router logits) of a
-    routed composition (a routing-noise study); a composition without a router refuses it."""
+    routed composition (a routing-noise study); a composition without a router refuses it. A run of tuned owners
+    has only TUNED_COMPOSITIONS (red, red_oracle over its owners' own top layers)."""
+    from redkit.fitting.replay_free import has_tuned_owners
+
     try:
+        if has_tuned_owners(modules.run.config):
+            COMPOSITIONS[name]  # an unknown name is still one line with its suggestions
+            if name not in TUNED_COMPOSITIONS or alpha_noise is not None:
+                raise MissingModule("modules/experts/residual")
+            return TUNED_COMPOSITIONS[name](modules, h, labels)
         if alpha_noise is None:
             return COMPOSITIONS[name](modules, h, labels)
         ROUTED[name]  # a composition without a router has no α to perturb
@@ -331,11 +381,17 @@ def compose(
         raise MissingModule(err.module, name) from None
 
 
+def query_dim(run) -> int:
+    """The width of the features a run's compositions read: d, or a run of tuned owners' 2d + K d."""
+    encoder = getattr(run, "encoder", None)
+    return run.feature_dim if encoder is None else encoder.hidden_size
+
+
 def available_compositions(modules: ModuleSet, names: list[str]) -> tuple[list[str], list[str]]:
     """(those of `names` whose modules the run has, the others): a bundle without heads can still
     evaluate red, but not moe. Found by composing one zero feature vector, so that it cannot drift
     from what each composition really loads; any other error (a damaged module) is raised."""
-    h = torch.zeros(1, modules.run.feature_dim, device=modules.run.device)
+    h = torch.zeros(1, query_dim(modules.run), device=modules.run.device)
     labels = torch.zeros(1, dtype=torch.long, device=h.device)
     usable, missing = [], []
     for name in names:

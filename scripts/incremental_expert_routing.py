@@ -45,7 +45,7 @@ def main() -> None:
     label = stream.label_of_class()
     owner_of_class = tuned.class_owner.new_full((len(stream.classes),), -1)
     for k, name in enumerate(tuned.owners):
-        owner_of_class[tuned.experts[name].classes] = k
+        owner_of_class[tuned.classes[name]] = k
 
     splits = {}
     for split in ("val", "test"):

@@ -190,6 +190,10 @@ ELSEWHERE = {
         "OwnersNetwork(",
     ),
     "redkit fit --data DIR --out RUN --recipe replay-free": ("test_replay_free_recipe.py", '"--recipe", "replay-free"'),
+    "redkit fit --data DIR --out RUN --recipe replay-free --owner-experts tuned": (
+        "test_tuned_owners.py",
+        '"--recipe", "replay-free", "--owner-experts", "tuned"',
+    ),
     "redkit reproduce task1 --nproc 2": ("test_distributed.py", '"--nproc", "2"'),
     "torchrun --nproc_per_node 2 -m redkit.train.distributed runs/task1": (
         "test_distributed.py",

@@ -151,25 +151,33 @@ class Backbone(nn.Module):
         return captured[0]
 
     def run_top(
-        self, input_ids: torch.Tensor, attention_mask: torch.Tensor, prefix: torch.Tensor | None, **model_kwargs
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        prefix: torch.Tensor | None,
+        layers: nn.ModuleList | None = None,
+        **model_kwargs,
     ) -> torch.Tensor:
         """Cached (B, T, d) prefix states -> (B, T, d) final token states, through the trainable layers
-        (prefix None: every layer is tuned, the whole model runs). `model_kwargs` go to the wrapped
+        (prefix None: every layer is tuned, the whole model runs), or through `layers` in their place (another
+        copy of them: a tuned owner's, redkit/fitting/tuned_encoder.py). `model_kwargs` go to the wrapped
         model's call (a peft model's `adapter_names=`, say)."""
         if prefix is None:
             if self.split_at:
                 raise RedkitError("run_top: prefix states are needed below the first tuned layer")
-            out = self.model(input_ids=input_ids, attention_mask=attention_mask, use_cache=False, **model_kwargs)
+            with self._only_layers(layers) if layers is not None else contextlib.nullcontext():
+                out = self.model(input_ids=input_ids, attention_mask=attention_mask, use_cache=False, **model_kwargs)
             return out.last_hidden_state
+        layers = self.top_layers if layers is None else layers
 
         def swap_input(module, args, kwargs):
             if args:
                 return (prefix,) + tuple(args[1:]), kwargs
             return args, {**kwargs, "hidden_states": prefix}
 
-        hook = self.layers[self.split_at].register_forward_pre_hook(swap_input, with_kwargs=True)
+        hook = layers[0].register_forward_pre_hook(swap_input, with_kwargs=True)
         try:
-            with self._only_layers(self.top_layers):
+            with self._only_layers(layers):
                 out = self.model(input_ids=input_ids, attention_mask=attention_mask, use_cache=False, **model_kwargs)
         finally:
             hook.remove()
@@ -212,7 +220,8 @@ class Backbone(nn.Module):
             for k, v in layer.state_dict().items()
         }
 
-    def load_top_state_dict(self, state: dict[str, torch.Tensor]) -> None:
-        for i, layer in enumerate(self.top_layers):
+    def load_top_state_dict(self, state: dict[str, torch.Tensor], layers: nn.ModuleList | None = None) -> None:
+        """`state` (top_state_dict's keys) into the top layers, or into `layers`, another copy of them."""
+        for i, layer in enumerate(self.top_layers if layers is None else layers):
             prefix = f"layers.{self.split_at + i}."
             layer.load_state_dict({k[len(prefix) :]: v for k, v in state.items() if k.startswith(prefix)})

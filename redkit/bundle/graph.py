@@ -1,6 +1,7 @@
 """A run's whole inference path as one ONNX graph, for serving without the training stack.
 
     input_ids, attention_mask (B, T) ─► backbone (frozen prefix + tuned top) ─► pooled h (B, d)
+                                        (a run of tuned owners: r and every owner's top, (B, 2d + K d))
                                      ─► router α (B, K) ─► composition ─► probs (B, C), weights (B, K)
                                      [─► the run's OOS score (B,): of the output, the owners' densities and the
                                          router's ridge (redkit/oos/owner_density.py), or the training texts']
@@ -42,9 +43,9 @@ class ServingGraph(nn.Module):
         from redkit.compositions import ModuleSet, compose
 
         self.run, self.composition, self._compose = run, composition, compose
-        self.backbone = run.backbone
+        self.backbone = run.encoder  # the backbone, or a run of tuned owners' every top (tuned_encoder.py)
         self.modules_ = ModuleSet(run)
-        d = run.backbone.hidden_size
+        d = self.backbone.hidden_size
         # Load every module the composition uses now (ModuleSet loads lazily), and hold them as
         # submodules so that the exporter sees their weights as parameters.
         self.router = self.modules_.router()

@@ -48,6 +48,14 @@ def fit_model_options(p: argparse.ArgumentParser) -> None:
         "router built from each domain's statistics (what `redkit federate`'s owners and add-domain build)",
     )
     p.add_argument(
+        "--owner-experts",
+        choices=("residual", "tuned"),
+        default="residual",
+        help="with --recipe replay-free, what each domain's owner trains: residual (default) experts on the frozen "
+        "features, or tuned: its own copy of the backbone's top layers (--trainable-layers, default 2) and rows, "
+        "routed by the ridge from the owners' statistics (the study's red_tuned)",
+    )
+    p.add_argument(
         "--references",
         nargs="*",
         default=None,
@@ -110,6 +118,7 @@ def fit_kwargs(args) -> dict:
         references=None if args.references is None else tuple(args.references),
         router_options=_router_options(args.router_options),
         recipe=args.recipe,
+        owner_experts=args.owner_experts,
     )
 
 

@@ -10,7 +10,12 @@ from redkit.run import DEFAULT_STAGE_OVERRIDES, TextConfig
 
 # A fit run's stages: the stages on cached features as every run trains them; stage base (and joint,
 # where it is trained apart) by the fine-tuning recipe of redkit/fitting/recipe.py.
-FIT_STAGE_OVERRIDES = copy.deepcopy(DEFAULT_STAGE_OVERRIDES) | {"base": dict(TUNING), "joint": dict(TUNING)}
+# A tuned owner of the replay-free recipe (stage "owners", --owner-experts tuned) trains its top layers by it too.
+FIT_STAGE_OVERRIDES = copy.deepcopy(DEFAULT_STAGE_OVERRIDES) | {
+    "base": dict(TUNING),
+    "joint": dict(TUNING),
+    "owners": dict(TUNING),
+}
 
 
 @dataclass
@@ -51,4 +56,7 @@ class FitConfig(TextConfig):
     # "pooled" (stage base tunes the top layers and C on every domain's data) or "replay-free" (each domain's
     # modules from its own data alone, nothing trained on pooled data: redkit/fitting/replay_free.py)
     recipe: str = "pooled"
+    # the replay-free recipe's owners: "residual" experts on the frozen features, or "tuned" top layers of their own
+    # (redkit/fitting/tuned_owners.py)
+    owner_experts: str = "residual"
     base_val_examples: int | None = None  # stage base's per-epoch validation: all of val, or this many

@@ -12,6 +12,10 @@ a time, so the run is what its domains' owners would build without ever pooling 
     router    the Gaussian router built from the statistics modules (redkit/routers/gaussian.py); the gate is
               the same router (the domain posterior does not depend on what it weighs)
 
+With `--owner-experts tuned` each owner tunes its own copy of the backbone's top layers and rows over its own labels
+instead of a residual expert, and the router reads the frozen layers' states too and routes by the ridge: the
+study's `red_tuned` (tuned_owners.py, tuned_encoder.py); the same `train_domain` trains them on every path.
+
 A pooled run (the default recipe) tunes the backbone's top layers and C on every domain's training data first
 (stage base), and its references train on all of it; here nothing does, so a label belongs to one domain's rows
 and a run holds no reference. `max_length` is fixed (MAX_LENGTH, or --max-length) rather than settled from every
@@ -28,6 +32,8 @@ from dataclasses import replace
 import torch
 
 from redkit.errors import RedkitError
+from redkit.fitting.owner_data import domain_examples, pending_owner
+from redkit.fitting.tuned_owners import TUNED_PARTS, train_tuned_domain
 from redkit.incremental.owner import owner_seed, train_owner_share
 from redkit.modules.layers import Classifier
 from redkit.modules.store import ModuleMeta, module_exists, save_module
@@ -40,6 +46,9 @@ from redkit.train.stages import PIPELINE, STAGES, timed
 
 POOLED, REPLAY_FREE = "pooled", "replay-free"
 RECIPES = (POOLED, REPLAY_FREE)
+RESIDUAL, TUNED = "residual", "tuned"  # what each owner's expert is (--owner-experts)
+OWNER_EXPERTS = (RESIDUAL, TUNED)
+TUNED_LAYERS = 2  # the top layers a tuned owner tunes unless --trainable-layers says otherwise (the study's)
 REPLAY_FREE_PIPELINE = ("host", "owners", "router", "gate")
 MAX_LENGTH = 128  # tokens: the federation plan's default (redkit/federated/plan.py)
 DOMAIN_PARTS = (("experts", "residual"), ("label_rows",), (STATISTICS,), (DENSITY,))  # what one domain's owner builds
@@ -48,6 +57,17 @@ HOST_PARTS = (("backbone_top",), ("classifier",))  # what every owner trains thr
 
 def is_replay_free(config) -> bool:
     return getattr(config, "recipe", POOLED) == REPLAY_FREE
+
+
+def has_tuned_owners(config) -> bool:
+    """Whether each owner tunes its own top layers (`--owner-experts tuned`: tuned_owners.py) rather than training a
+    residual expert on the frozen features."""
+    return getattr(config, "owner_experts", RESIDUAL) == TUNED
+
+
+def domain_parts(config) -> tuple[tuple[str, ...], ...]:
+    """What one domain's owner builds in a run of `config` (each part's path under modules/, before the domain)."""
+    return TUNED_PARTS if has_tuned_owners(config) else DOMAIN_PARTS
 
 
 def pipeline_of(config) -> tuple[str, ...]:
@@ -104,28 +124,21 @@ def stage_host(run) -> dict:
 def domain_tensors(run, domain: str, split: str, labels: tuple[str, ...]) -> tuple[torch.Tensor, torch.Tensor]:
     """(h (N, d), y (N,)) of `domain`'s examples of `split` alone: the features of its own texts, encoded alone (the
     same numbers whichever other domains the run holds), y indexing `labels` (its rows')."""
-    records = [r for r in run.splits.get(split, []) if r.domain == domain]
-    if not records:
-        raise RedkitError(f"{run.dir}: domain {domain!r} has no {split} example; its owner cannot train alone")
-    outside = next((r for r in records if r.answer not in labels), None)
-    if outside is not None:
-        raise RedkitError(
-            f"{outside.where}: label {outside.answer!r} of domain {domain!r} is another domain's; in the replay-free "
-            "recipe a domain brings labels of its own"
-        )
-    h = run.text_features(f"{split}-{check_name(domain, 'domain', str(run.dir))}", [r.question for r in records])
-    return h, torch.tensor([labels.index(r.answer) for r in records])
+    texts, y = domain_examples(run, domain, split, labels)
+    return run.text_features(f"{split}-{check_name(domain, 'domain', str(run.dir))}", texts), y
 
 
 def train_domain(run, domain: str) -> dict:
     """`domain`'s residual expert, label rows, routing statistics and density, trained on its own data alone and
-    saved; skipped when all four exist. The one implementation behind every replay-free path (module docstring)."""
-    dirs = {part: run.module_dir(*part, domain) for part in DOMAIN_PARTS}
-    if all(module_exists(path) for path in dirs.values()):
+    saved; skipped when all four exist. The one implementation behind every replay-free path (module docstring).
+    With tuned owners (`--owner-experts tuned`), its tuned top layers instead of the residual expert
+    (tuned_owners.py)."""
+    if has_tuned_owners(run.config):
+        return train_tuned_domain(run, domain)
+    pending = pending_owner(run, domain, DOMAIN_PARTS)
+    if pending is None:
         return {"skipped": domain}
-    labels = tuple(run.config.label_rows.get(domain, ()))
-    if not labels:
-        raise RedkitError(f"{run.dir}: domain {domain!r} brings no label of its own (config label_rows)")
+    dirs, labels = pending
 
     def work() -> dict:
         train, val = (domain_tensors(run, domain, split, labels) for split in ("train", "val"))

@@ -114,13 +114,16 @@ def _references_section(results: dict) -> list[str]:
     """RED beside the honest references (docs/guides/design.md, decision 12): accuracy and seconds to train."""
     split = next(iter(results["splits"]))
     table, seconds = results["splits"][split], results.get("wall_seconds_per_stage", {})
-    base_is_joint = results["config"].get("base_fraction", 0) >= 1.0
+    replay_free = results["config"].get("recipe") == "replay-free"
+    base_is_joint = results["config"].get("base_fraction", 0) >= 1.0 and not replay_free
     rows = []
     for name, stages in TRAINING_STAGES.items():
         if name not in table:
             continue
         if name == "joint" and base_is_joint:
             stages = ("base",)
+        if replay_free and name in ("red", "red_per_domain"):  # no stage base: the owners, then the router
+            stages = ("owners", "router")
         rows.append(
             [
                 LABELS.get(name, name),

@@ -24,7 +24,7 @@ from pathlib import Path
 
 from redkit.errors import RedkitError
 from redkit.fitting.data import load_fit_data
-from redkit.fitting.replay_free import is_replay_free
+from redkit.fitting.replay_free import has_tuned_owners, is_replay_free
 from redkit.lifecycle.derive import (
     check_parts,
     derive,
@@ -107,8 +107,9 @@ def add_domain(
     new_labels = {d: list(config.label_rows[d]) for d in new.domains if d in config.label_rows}
     where = f"elsewhere, from a bundle (expert directory {expert_dir})" if expert_dir else "here"
     trained = (
-        f"Trained {where}, each alone on its own domain's data by the replay-free recipe: the residual expert, label "
-        f"rows and routing statistics of {', '.join(new.domains)}."
+        f"Trained {where}, each alone on its own domain's data by the replay-free recipe: the "
+        f"{'tuned top layers' if has_tuned_owners(config) else 'residual expert'}, label rows, routing statistics and "
+        f"density of {', '.join(new.domains)}."
         if is_replay_free(config)
         else f"Trained {where}, each alone on its own domain's data through the frozen classifier: the experts "
         f"(residual, logit) and head of {', '.join(new.domains)}"

@@ -23,7 +23,8 @@ from redkit.evaluate import evaluate_run
 from redkit.features import encode, features_path, store_features
 from redkit.fitting.data import FitData
 from redkit.fitting.records import Record
-from redkit.fitting.replay_free import DOMAIN_PARTS, HOST_PARTS, is_replay_free
+from redkit.fitting.replay_free import HOST_PARTS, has_tuned_owners, is_replay_free
+from redkit.fitting.replay_free import domain_parts as owner_parts
 from redkit.fitting.run import FitRun
 from redkit.modules.store import copy_modules, module_exists, modules_unchanged
 from redkit.report import markdown_table
@@ -55,9 +56,9 @@ def open_fit_run(path: Path, command: str) -> FitRun:
 def domain_parts(run: FitRun, domain: str) -> list[tuple[str, ...]]:
     """The modules that belong to one domain: its experts, its head, if it brought new labels its label rows
     and, where a replay-free router has one, its share of the routing (redkit/routers/gaussian.py); in a run of
-    the replay-free recipe, what its owner built (redkit/fitting/replay_free.py: DOMAIN_PARTS)."""
+    the replay-free recipe, what its owner built (redkit/fitting/replay_free.py: domain_parts)."""
     if is_replay_free(run.config):
-        return [(*part, domain) for part in DOMAIN_PARTS]
+        return [(*part, domain) for part in owner_parts(run.config)]
     return [
         *(("experts", kind, domain) for kind in EXPERT_KINDS),
         ("heads", domain),
@@ -106,8 +107,10 @@ def _texts(run: FitRun) -> dict[str, list[str]]:
 def reuse_features(run: FitRun, donor: FitRun, names: tuple[str, ...] | None = None) -> None:
     """Write the feature cache of `run`'s text sets `names` (default: every split and out-of-scope
     set) from the donor's features (same tuned backbone, so the same numbers), encoding only the
-    texts the donor does not have (a new domain's)."""
-    if donor.fingerprint != run.fingerprint:
+    texts the donor does not have (a new domain's). Not for a run of tuned owners: its features are its owners' top
+    layers' outputs, which a domain added or removed changes (its owners train on the pretrained features, cached
+    by name; redkit/fitting/tuned_owners.py)."""
+    if donor.fingerprint != run.fingerprint or has_tuned_owners(run.config):
         return
     known: dict[str, torch.Tensor] = {}
     for name, texts in _texts(donor).items():
@@ -130,8 +133,10 @@ def retrain_routing(run: FitRun, print_fn=print, red: list[Step] = (), moe: list
     """Router and gate over the run's domains: the only modules that see every domain (a
     training-free router kind is rebuilt from the data instead). The router ends RED's chain of
     steps (`red`: a new domain's experts), the gate the baselines' (`moe`: its head, which the
-    gate mixes); the two chains run at once (redkit/train/parallel.py)."""
-    run_chains(run, [[*red, stage_step(run, "router")], [*moe, stage_step(run, "gate")]], print_fn)
+    gate mixes); the two chains run at once (redkit/train/parallel.py), but in a run of tuned owners, whose gate
+    reads every owner's top layers' outputs: there it follows the router, once the new owners are trained."""
+    chains = [[*red, stage_step(run, "router")], [*moe, stage_step(run, "gate")]]
+    run_chains(run, [chains[0] + chains[1]] if has_tuned_owners(run.config) else chains, print_fn)
 
 
 def finish(run: FitRun, parent: FitRun, digests: dict[str, str], change: dict, wall: float, print_fn=print) -> dict:

@@ -110,7 +110,7 @@ def owner_scores(modules, h: torch.Tensor, alpha: torch.Tensor) -> dict[str, tor
     (redkit.compositions.ModuleSet: the residual experts, each domain's density, the router's ridge). Raises
     MissingModule where the run has no density (a pooled run, or one from before densities were sent)."""
     densities = [modules.density(domain) for domain in modules.run.space.domains]
-    hidden = modules.red("residual").expert_hidden(h)  # (N, K, d) h + Δh_k(h), every owner's adapted view
+    hidden = modules.owner_views(h)  # (N, K, d) every owner's adapted view: h + Δh_k(h), or its tuned top's output
     each = torch.stack([density(hidden[:, k]) for k, density in enumerate(densities)], dim=1)  # (N, K)
     routed = each.gather(1, alpha.argmax(dim=-1, keepdim=True)).squeeze(1)  # (N,) the owner it is sent to
     return {"density": routed, "ridge": modules.router().ridge_scores(h).amax(dim=-1)}

@@ -16,6 +16,11 @@ missing has it computed from that domain's own training examples, once, and save
 at `fit`, a new domain at add-domain --data, every domain when an existing run switches to this router).
 The same router serves as the MoE gate: the domain posterior does not depend on which experts it weighs.
 
+With tuned owners (`redkit fit --recipe replay-free --owner-experts tuned`, redkit/incremental/tuned.py) the
+statistics are of φ(r), r = [h, the frozen layers' mean state] (input "pooled+lower", 2d wide: the first 2d
+columns of such a run's features), at M = 4,096, and the router routes by the ridge (`routes_by` "ridge"): each
+query to the owner of the ridge's best class, as the study's `red_tuned`.
+
 Sizes: a statistics module holds a (M, M) float64 scatter (M = 2,048: 33.6 MB), kept in the run for the
 next change and never exported (the router holds the merged discriminant and the ridge: 2 × C × M floats).
 """
@@ -75,10 +80,19 @@ class DomainStatistics(torch.nn.Module):
         return module
 
 
+POOLED, POOLED_LOWER = "pooled", "pooled+lower"  # what φ reads: h (d), or r = [h, lower] (2d: tuned owners)
+ROUTES_BY = ("gaussian", "ridge")
+
+
+def routing_dim(run) -> int:
+    """The width of what the run's router reads: d, or 2d for input "pooled+lower"."""
+    return run.feature_dim * (2 if run.config.router_options.get("input", POOLED) == POOLED_LOWER else 1)
+
+
 def routing_projection(run) -> RandomProjection:
-    """φ of the run's router options (width, seed): what every domain's statistics module is of."""
+    """φ of the run's router options (input, width, seed): what every domain's statistics module is of."""
     options = run.config.router_options
-    return RandomProjection(ProjectionConfig(run.feature_dim, options.get("width", WIDTH), options.get("seed", 0)))
+    return RandomProjection(ProjectionConfig(routing_dim(run), options.get("width", WIDTH), options.get("seed", 0)))
 
 
 @dataclass
@@ -91,6 +105,17 @@ class GaussianRouterConfig:
     shrinkage: float = SHRINKAGE  # λ (redkit/incremental/gaussian.py)
     ridge: float = 0.0  # ρ of the ridge's class weights (redkit/incremental/ridge.py); 0: none (a router built
     # before they were)
+    input: str = POOLED  # what φ reads: the first `dim` columns of the features (POOLED_LOWER: a tuned run's r)
+    routes_by: str = "gaussian"  # α: the Gaussians' domain posterior, or one-hot on the ridge's best class's domain
+
+    def __post_init__(self):
+        if self.input not in (POOLED, POOLED_LOWER) or self.routes_by not in ROUTES_BY:
+            raise ValueError(
+                f"input {self.input!r}, routes_by {self.routes_by!r}: expected {POOLED}|{POOLED_LOWER}, "
+                f"{'|'.join(ROUTES_BY)}"
+            )
+        if self.routes_by == "ridge" and not self.ridge:
+            raise ValueError("routes_by ridge needs the ridge's class weights (ridge > 0)")
 
 
 @register_router("gaussian")
@@ -110,19 +135,30 @@ class GaussianRouter(RouterBase):
         if config.ridge:
             self.register_buffer("ridge_weight", torch.zeros(config.num_classes, out))  # (C, M)
 
-    def forward(self, h: torch.Tensor) -> torch.Tensor:  # (N, d) -> (N, K) log Σ_{c in k} p(φ(h)|c) π_c
-        class_scores = self.projection(h) @ self.weight.T + self.bias  # (N, C)
+    def phi(self, h: torch.Tensor) -> torch.Tensor:  # (N, ≥ dim) -> (N, M) φ of the columns the router reads
+        return self.projection(h[:, : self.config.dim])
+
+    def forward(self, h: torch.Tensor) -> torch.Tensor:
+        """(N, ≥ dim) -> (N, K): log Σ_{c in k} p(φ(h)|c) π_c, or (routes_by ridge) each domain's best ridge score."""
+        if self.config.routes_by == "ridge":
+            outside = F.one_hot(self.class_domains, self.config.num_experts).T == 0  # (K, C)
+            return self.ridge_scores(h).unsqueeze(1).masked_fill(outside, float("-inf")).amax(dim=-1)
+        class_scores = self.phi(h) @ self.weight.T + self.bias  # (N, C)
         return domain_scores(class_scores, self.class_domains, self.config.num_experts)
 
-    def ridge_scores(self, h: torch.Tensor) -> torch.Tensor:  # (N, d) -> (N, C) φ(h) W_ridge
+    def ridge_scores(self, h: torch.Tensor) -> torch.Tensor:  # (N, ≥ dim) -> (N, C) φ(h) W_ridge
         if not self.config.ridge:
             raise RedkitError("this Gaussian router was built without the ridge's class weights: rebuild it")
-        return self.projection(h) @ self.ridge_weight.T
+        return self.phi(h) @ self.ridge_weight.T
 
     def route(self, h: torch.Tensor) -> RouterOutput:
-        """Soft, as the replay-free model weighs its owners: α = the domain posterior."""
+        """Soft, as the replay-free model weighs its owners: α = the domain posterior; or, routed by the ridge, hard:
+        α = one-hot on the domain of the ridge's best class."""
         logits = self(h)
-        probs = F.softmax(logits, dim=-1)
+        if self.config.routes_by == "ridge":
+            probs = F.one_hot(logits.argmax(dim=-1), self.config.num_experts).to(logits.dtype)
+        else:
+            probs = F.softmax(logits, dim=-1)
         return RouterOutput(probs, probs.argmax(dim=-1, keepdim=True), probs, logits, logits.new_zeros(()))
 
     @classmethod
@@ -131,6 +167,8 @@ class GaussianRouter(RouterBase):
         path = run.module_dir(STATISTICS, domain)
         if module_exists(path):
             return {"skipped": str(path)}
+        if run.config.router_options.get("input", POOLED) != POOLED:
+            raise RedkitError(f"{path}: missing; only its domain's owner computes it (redkit fit --recipe replay-free)")
         projection = routing_projection(run)
         h, y, d = run.split_tensors("train")
         own = d == run.space.domains.index(domain)  # (N,) this domain's examples, nobody else's
@@ -158,14 +196,22 @@ class GaussianRouter(RouterBase):
 
     @classmethod
     def from_run(
-        cls, run, role: str, width: int = WIDTH, seed: int = 0, shrinkage: float = SHRINKAGE, ridge: float = RIDGE
+        cls,
+        run,
+        role: str,
+        width: int = WIDTH,
+        seed: int = 0,
+        shrinkage: float = SHRINKAGE,
+        ridge: float = RIDGE,
+        input: str = POOLED,
+        routes_by: str = "gaussian",
     ) -> "GaussianRouter":
         """Merged from every domain's statistics module (each computed first where missing); `role`
         (router or gate) does not matter: the domain posterior is the same."""
         shares = {}
         for domain in run.space.domains:
             cls.owner_part(run, domain)
-            module, _ = load_module(run.module_dir(STATISTICS, domain), run.fingerprint, run.feature_dim)
+            module, _ = load_module(run.module_dir(STATISTICS, domain), run.fingerprint, routing_dim(run))
             if (module.config.width, module.config.seed) != (width, seed):
                 raise RedkitError(
                     f"{run.module_dir(STATISTICS, domain)}: statistics of φ width {module.config.width} seed "
@@ -178,7 +224,15 @@ class GaussianRouter(RouterBase):
         weight, bias = discriminant(stats, shrinkage)
         router = cls(
             GaussianRouterConfig(
-                run.feature_dim, run.space.num_domains, len(stats.labels), width, seed, shrinkage, ridge
+                routing_dim(run),
+                run.space.num_domains,
+                len(stats.labels),
+                width,
+                seed,
+                shrinkage,
+                ridge,
+                input,
+                routes_by,
             )
         )
         if ridge:

@@ -54,7 +54,7 @@ class StagedConfig:
         """Cap the epochs of `stages` (default every one, references included: quick runs); None
         leaves each stage's own cap."""
         if max_epochs is not None:
-            for stage in stages or ("base", "experts", "heads", "router", "gate", "joint"):
+            for stage in stages or ("base", "experts", "heads", "router", "gate", "joint", "owners"):
                 self.stage_overrides.setdefault(stage, {})["max_epochs"] = max_epochs
 
     def train_config(self, stage: str) -> TrainConfig:

@@ -40,6 +40,18 @@ class TextRun(Run):
         return backbone.to(self.device)
 
     @cached_property
+    def encoder(self):
+        """What queries are read with: the backbone, or in a run of tuned owners the backbone with every owner's top
+        layers beside its own (redkit/fitting/tuned_encoder.py: features [r, z_1, …, z_K])."""
+        from redkit.fitting.replay_free import has_tuned_owners
+
+        if not has_tuned_owners(self.config):
+            return self.backbone
+        from redkit.fitting.tuned_encoder import TunedEncoder
+
+        return TunedEncoder.from_run(self)
+
+    @cached_property
     def fingerprint(self) -> str:
         """Of the features modules are trained on: the tuned backbone's."""
         return self.backbone.fingerprint()
@@ -57,12 +69,13 @@ class TextRun(Run):
         return self.text_features(name, [ex.question for ex in examples])
 
     def text_features(self, name: str, texts: list[str]) -> torch.Tensor:
-        """(N, d) pooled features of bare texts (out-of-scope queries have no label) with the tuned backbone (cached)."""
+        """(N, d) pooled features of bare texts (out-of-scope queries have no label) with the tuned backbone (cached);
+        (N, 2d + K d) in a run of tuned owners (`encoder`)."""
         if not module_exists(self.module_dir("backbone_top")):
             raise RedkitError(
                 f"{self.module_dir('backbone_top')}: missing; stage base has not run yet, so there is no tuned backbone"
             )
-        return cached_features(self.cache_dir, self.backbone, texts, name, reuse_prefix=self.reuse_prefix)
+        return cached_features(self.cache_dir, self.encoder, texts, name, reuse_prefix=self.reuse_prefix)
 
     def split_tensors(self, name: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """(h (N, d), classes (N,), domain labels (N,)) of a split."""

@@ -420,7 +420,8 @@ def _fit_router(
         )
     if module_exists(directory) and not retrain:
         return {"skipped": str(directory)}
-    val_loss = float(loss_fn(router, *(t.to(run.device) for t in val)))
+    # built on the CPU from statistics, modules or data: moved to where its val features are (CUDA, say)
+    val_loss = float(loss_fn(router.to(run.device), *(t.to(run.device) for t in val)))
     staging = retrain_dir(directory)
     save_module(staging, router.cpu(), _meta(run, router, router.kind, None, FitResult(0, 0, val_loss)))
     install_module(staging, directory)

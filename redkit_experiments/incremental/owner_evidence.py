@@ -30,16 +30,12 @@ import torch.nn.functional as F
 from redkit.incremental.statistics import ClassStatistics
 from redkit.oos.owner_density import shrunk_covariance
 from redkit_experiments.incremental.methods import METHODS
-from redkit_experiments.incremental.methods.finetune import batched_scores
 
 
 @torch.no_grad()
 def adapted(tuned, name: str, examples) -> torch.Tensor:
     """(N, d) float64: `examples` through owner `name`'s tuned top layers, pooled."""
-    tuned.backbone.load_top_state_dict(tuned.experts[name].top)
-    tuned.backbone.eval()
-    features = batched_scores(lambda b: tuned.backbone(*b.batch(tuned.setting.device)), examples, tuned.setting.dim)
-    return features.double()
+    return tuned.experts[name].pooled(tuned.backbone, examples.prefix, tuned.setting.device).double()
 
 
 def gaussians(z: torch.Tensor, local: torch.Tensor, labels: tuple) -> torch.distributions.MultivariateNormal:
@@ -93,7 +89,7 @@ def evidence(tuned, owners: dict[str, Owner], queries) -> tuple[dict[str, torch.
         z = adapted(tuned, name, queries)  # (N, d)
         ll, ll0 = nearest(owner.tuned_view, z), nearest(owner.pretrained_view, queries.features.double())
         expert = tuned.experts[name]
-        logits = expert.classifier(z.float())  # (N, C_k)
+        logits = expert.rows(z.float())  # (N, C_k)
         log_p = F.log_softmax(logits, dim=-1)
         lower = nearest(owner.lower_view, lower_states(queries))
         for kind, value in {
@@ -107,7 +103,7 @@ def evidence(tuned, owners: dict[str, Owner], queries) -> tuple[dict[str, torch.
             "energy": torch.logsumexp(logits, dim=-1),
         }.items():
             columns.setdefault(kind, []).append(value)
-        answers.append(expert.classes[log_p.argmax(-1)])
+        answers.append(tuned.classes[name][log_p.argmax(-1)])
     return by_kind | {kind: torch.stack(c, 1).double() for kind, c in columns.items()}, torch.stack(answers, 1)
 
 

@@ -19,51 +19,24 @@ Why not red's pieces (redkit/incremental: a residual expert on the frozen featur
 scripts/incremental_red_ablation.py measures each piece with the other held fixed (docs/results/incremental.md).
 """
 
-from dataclasses import dataclass
-
 import torch
-from torch import nn
 from torch.nn import functional as F
 
-from redkit.errors import RedkitError
 from redkit.incremental.owner import owner_seed
 from redkit.incremental.projection import ProjectionConfig, RandomProjection
 from redkit.incremental.ridge import RIDGE, ridge_weights
 from redkit.incremental.statistics import ClassStatistics, merge
-from redkit.modules.layers import Classifier
-from redkit.train.loop import fit
+from redkit.incremental.tuned import ROUTER_WIDTH, TunedExpert, router_input, scores_by_length, train_tuned_expert
 from redkit_experiments.incremental.data import Examples, StepData
 from redkit_experiments.incremental.methods.base import Kept, Method, register_method, tensor_bytes
-from redkit_experiments.incremental.methods.finetune import batched_scores
 
-WIDTH = 4096  # M, chosen on CLINC150's val (scripts/incremental_red_ablation.py)
+WIDTH = ROUTER_WIDTH  # M, chosen on CLINC150's val (scripts/incremental_red_ablation.py)
 BATCH = 2048  # queries routed at once (an (N, M) float64 block)
 
 
 def router_features(examples: Examples) -> torch.Tensor:
-    """(N, 2d) float64: the pooled features and the mean of the frozen layers' last states (the input of the first
-    tuned layer), the latter scaled to the former's length. The lower layers' states add what the last ones
-    smooth over (on CLINC150's val the ridge sends 98.6 % of the queries home on both against 98.3 % on the pooled
-    features alone, scripts/incremental_red_ablation.py)."""
-    if examples.prefix.states is None:
-        raise RedkitError(
-            "red_tuned's router reads the frozen layers' states: leave a layer frozen (--trainable-layers)"
-        )
-    h = examples.features.double()  # (N, d)
-    mask = examples.prefix.attention_mask.double()  # (N, T)
-    lower = torch.einsum("ntd,nt->nd", examples.prefix.states.double(), mask) / mask.sum(1, keepdim=True)  # (N, d)
-    return torch.cat([h, lower * (h.norm(dim=1, keepdim=True) / lower.norm(dim=1, keepdim=True))], dim=1)
-
-
-@dataclass
-class TunedExpert:
-    """One owner's expert: its tuned top layers and its classifier over its own classes (stream indices)."""
-
-    top: dict[str, torch.Tensor]  # Backbone.top_state_dict() after the owner's training
-    classifier: Classifier  # (C_k rows)
-    classes: torch.Tensor  # (C_k,) the owner's classes, indices into the stream's
-    epochs: int
-    val_accuracy: float  # the best epoch's, on the owner's own val
+    """(N, 2d) float64 r(x) of `examples` (redkit/incremental/tuned.py router_input)."""
+    return router_input(examples.features, examples.prefix.states, examples.prefix.attention_mask)
 
 
 @register_method("red_tuned")
@@ -76,51 +49,25 @@ class TunedREDMethod(Method):
         self.pretrained_top = {k: v.detach().clone() for k, v in self.backbone.top_state_dict().items()}
         self.projection = RandomProjection(ProjectionConfig(2 * setting.dim, WIDTH, seed=setting.config.seed))
         self.experts: dict[str, TunedExpert] = {}
+        self.classes: dict[str, torch.Tensor] = {}  # owner -> (C_k,) its classes, indices into the stream's
         self.statistics: ClassStatistics | None = None
 
     # ---- an owner, on its own data ----------------------------------------------------------------
 
     def train_expert(self, step: StepData) -> TunedExpert:
-        """The owner's top layers and classifier, from the pretrained ones, on step t's train and val alone."""
-        seed = owner_seed(self.setting.config.seed, step.name)
-        device = self.setting.device
-        self.backbone.load_top_state_dict(self.pretrained_top)
-        torch.manual_seed(seed)
-        classifier = Classifier(Classifier.Config(self.setting.dim, len(step.classes))).to(device)
-        train, val = step.train, step.val
-        targets, val_targets = step.local(train.classes), step.local(val.classes)  # (N,) within the owner's
-        config = self.setting.config.joint_training()
-
-        def logits(batch: Examples) -> torch.Tensor:
-            return classifier(self.backbone(*batch.batch(device)))
-
-        def batch_loss(idx: torch.Tensor) -> torch.Tensor:
-            return F.cross_entropy(
-                logits(train.subset(idx)), targets[idx].to(device), label_smoothing=config.label_smoothing
-            )
-
-        def validate() -> dict[str, float]:
-            scores = batched_scores(logits, val, len(step.classes))
-            return {
-                "loss": float(F.cross_entropy(scores, val_targets)),
-                "accuracy": float((scores.argmax(-1) == val_targets).float().mean()),
-            }
-
-        result = fit(
-            nn.ModuleDict({"top": self.backbone.top_layers, "classifier": classifier}),
-            batch_loss,
-            len(train),
-            validate,
-            config,
-            seed=seed,
+        """The owner's top layers and rows, from the pretrained ones, on step t's train and val alone."""
+        self.classes[step.name] = torch.tensor(step.classes)
+        return train_tuned_expert(
+            self.backbone,
+            self.pretrained_top,
+            tuple(self.setting.class_names[c] for c in step.classes),
+            (step.train.prefix, step.local(step.train.classes)),  # classes within the owner's
+            (step.val.prefix, step.local(step.val.classes)),
+            seed=owner_seed(self.setting.config.seed, step.name),
+            config=self.setting.config.joint_training(),
+            device=self.setting.device,
             desc=f"owner {step.name}",
-            head=classifier,
-            lengths=train.lengths(),
         )
-        self.backbone.eval()
-        classifier.eval()
-        top = {k: v.detach().clone() for k, v in self.backbone.top_state_dict().items()}
-        return TunedExpert(top, classifier, torch.tensor(step.classes), result.best_epoch, result.best_val_accuracy)
 
     def owner_statistics(self, step: StepData) -> ClassStatistics:
         labels = tuple(self.setting.class_names[c] for c in step.classes)
@@ -132,10 +79,10 @@ class TunedREDMethod(Method):
         self.statistics = new if self.statistics is None else merge({"earlier": self.statistics, "new": new})
         # the ridge over every class so far, owners (and their classes) in the order of their names
         self.owners = tuple(sorted(self.experts))
-        order = tuple(self.setting.class_names[c] for name in self.owners for c in self.experts[name].classes)
+        order = tuple(self.setting.class_names[c] for name in self.owners for c in self.classes[name])
         self.router_weight = ridge_weights(self.statistics.in_order(order))  # (C_seen, M)
         self.class_owner = torch.tensor(
-            [k for k, name in enumerate(self.owners) for _ in self.experts[name].classes]
+            [k for k, name in enumerate(self.owners) for _ in self.classes[name]]
         )  # (C_seen,)
 
     # ---- the server's model: route, then one owner's expert -----------------------------------------
@@ -156,11 +103,13 @@ class TunedREDMethod(Method):
         expert = self.experts[name]
         self.backbone.load_top_state_dict(expert.top)
         self.backbone.eval()
-
-        def logits(batch: Examples) -> torch.Tensor:
-            return expert.classifier(self.backbone(*batch.batch(self.setting.device)))
-
-        return F.log_softmax(batched_scores(logits, queries, len(expert.classes)), dim=-1)
+        prefix, device = queries.prefix, self.setting.device
+        logits = scores_by_length(
+            lambda rows: expert.rows(self.backbone(*prefix.batch(rows, device))),
+            prefix.lengths(),
+            len(self.classes[name]),
+        )
+        return F.log_softmax(logits, dim=-1)
 
     @torch.no_grad()
     def scores(self, queries: Examples) -> torch.Tensor:
@@ -170,7 +119,7 @@ class TunedREDMethod(Method):
         for k, name in enumerate(self.owners):
             rows = (routed == k).nonzero(as_tuple=True)[0]
             if len(rows):
-                out[rows[:, None], self.experts[name].classes] = self.expert_log_probs(name, queries.subset(rows))
+                out[rows[:, None], self.classes[name]] = self.expert_log_probs(name, queries.subset(rows))
         return out
 
     def kept(self) -> Kept:
@@ -181,8 +130,9 @@ class TunedREDMethod(Method):
         return {
             "width": WIDTH,
             "ridge": RIDGE,
-            "module_bytes": sum(tensor_bytes(*e.top.values(), *e.classifier.state_dict().values()) for e in experts),
+            "module_bytes": sum(tensor_bytes(*e.top.values(), *e.rows.state_dict().values()) for e in experts),
             "owners": {
-                name: {"epochs": e.epochs, "val_accuracy": e.val_accuracy} for name, e in sorted(self.experts.items())
+                name: {"epochs": e.result.best_epoch, "val_accuracy": e.result.best_val_accuracy}
+                for name, e in sorted(self.experts.items())
             },
         }
