@@ -79,6 +79,13 @@ def _find_layers(model: nn.Module, num_layers: int) -> tuple[nn.Module, str]:
     raise RedkitError(f"cannot find the {num_layers} transformer layers in {type(model).__name__}")
 
 
+def hash_state(digest, state: dict[str, torch.Tensor]) -> None:
+    """Feed a state dict's names and float32 bytes, in name order, into `digest` (what a fingerprint is made of)."""
+    for name, tensor in sorted(state.items()):
+        digest.update(name.encode())
+        digest.update(tensor.detach().float().cpu().contiguous().numpy().tobytes())
+
+
 class Backbone(nn.Module):
     def __init__(self, config: BackboneConfig):
         super().__init__()
@@ -206,9 +213,7 @@ class Backbone(nn.Module):
         """Identifies the features this backbone computes: source weights, split, pooling and the
         current (possibly fine-tuned) top layers. Modules are only valid for equal fingerprints."""
         digest = hashlib.sha256(f"{self.source_fingerprint}:{self.split_at}:{self.config.pooling}".encode())
-        for name, tensor in sorted(self.top_state_dict().items()):
-            digest.update(name.encode())
-            digest.update(tensor.detach().float().cpu().contiguous().numpy().tobytes())
+        hash_state(digest, self.top_state_dict())
         return digest.hexdigest()[:16]
 
     # ---- the tuned top, as its own artifact --------------------------------------------

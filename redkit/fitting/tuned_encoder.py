@@ -21,6 +21,7 @@ import torch
 from torch import nn
 
 from redkit.backbone import Backbone
+from redkit.backbone.model import hash_state
 from redkit.errors import RedkitError
 from redkit.incremental.tuned import router_input
 from redkit.modules.store import load_state
@@ -43,9 +44,7 @@ class TunedEncoder(nn.Module):
         self.hidden_size = (2 + len(tops)) * backbone.hidden_size
         digest = hashlib.sha256(backbone.fingerprint().encode())
         for state in tops:
-            for key, tensor in sorted(state.items()):
-                digest.update(key.encode())
-                digest.update(tensor.detach().float().cpu().contiguous().numpy().tobytes())
+            hash_state(digest, state)
         self._fingerprint = digest.hexdigest()[:16]
 
     def tokenize(self, texts: list[str], padding: bool | str = "longest") -> dict[str, torch.Tensor]:
