@@ -158,7 +158,7 @@ def load(path: str | Path) -> FittedRun:
     return FittedRun(run)
 
 
-def _check_router_options(router: str, options: dict) -> None:
+def check_router_options(router: str, options: dict) -> None:
     """Each option must be a field of the router's config (one line naming the known ones)."""
     from dataclasses import fields
 
@@ -227,11 +227,7 @@ def fit_setup(
     if tuned and not no_pooling:
         raise RedkitError("--owner-experts tuned: the owners of the replay-free recipe (add --recipe replay-free)")
     if tuned:  # the study's red_tuned router: r = [h, lower] at M 4,096, routed by the ridge (options may override)
-        from redkit.incremental.tuned import ROUTER_WIDTH
-
-        router_options = {"input": "pooled+lower", "width": ROUTER_WIDTH, "routes_by": "ridge"} | dict(
-            router_options or {}
-        )
+        router_options = replay_free.TUNED_ROUTER_OPTIONS | dict(router_options or {})
     router = router or ("gaussian" if no_pooling else "dense")
     references = tuple(() if no_pooling else ("joint", "linear_probe")) if references is None else tuple(references)
     ROUTERS[router]  # an unknown router or reference fails (did you mean) before anything is written
@@ -249,7 +245,7 @@ def fit_setup(
             f"--references {' '.join(references)}: a reference trains on every domain's pooled data; the replay-free "
             "recipe has none (fit the pooled recipe beside it to compare)"
         )
-    _check_router_options(router, router_options or {})
+    check_router_options(router, router_options or {})
     if not 0 < base_fraction <= 1 or not 0 < val_fraction < 1:
         raise RedkitError(f"base fraction {base_fraction} must lie in (0, 1] and val fraction {val_fraction} in (0, 1)")
     if backbone:

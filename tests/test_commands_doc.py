@@ -249,6 +249,10 @@ ELSEWHERE = {
         "test_federated.py",
         '"federate"',
     ),
+    "redkit federate --owner-experts tuned --out RUN": (
+        "test_tuned_owners.py",
+        '"federate", "--owner-experts", "tuned"',
+    ),
     "redkit study incremental --out DIR [--data DIR] [--protocol domains|classes] [--order N] [--method red ...]": (
         "test_incremental.py",
         '"study", "incremental"',

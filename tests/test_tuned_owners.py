@@ -3,7 +3,8 @@ redkit/fitting/tuned_owners.py): each domain's owner tunes its own top layers an
 the study's `red_tuned` trains (redkit/incremental/tuned.py, one function); the router routes by the ridge from the
 owners' statistics of [h, lower]; the run predicts and its bundle serves through every owner's top layers
 (redkit/fitting/tuned_encoder.py), with the owners' out-of-scope score; a new domain's owner builds the same modules
-along the life cycle's paths.
+along the life cycle's paths and as `redkit federate`'s owners (--owner-experts tuned), whose contributions the server
+checks and assembles into the fit run's model, file for file.
 
 On the generated topics set: two domains fitted, the third's val as out-of-scope queries; one epoch, φ 512 wide."""
 
@@ -186,6 +187,62 @@ def test_the_life_cycle_builds_a_new_owners_modules_the_same_along_every_path(tu
     assert (tuned["removed"].joinpath(*router)).read_bytes() == (tuned["run"].joinpath(*router)).read_bytes()
 
 
+@pytest.fixture(scope="module")
+def federated(tuned) -> dict:
+    """`redkit federate --owner-experts tuned` over the three domains' owners, split as the fit run's data was, with
+    the fit run's settings (one epoch, φ 512 wide): RED alone, in Flower's simulation runtime."""
+    from redkit.cli import main
+
+    out = tuned["root"] / "federated"
+    flags = ["federate", "--owner-experts", "tuned", "--max-epochs", "1", "--router-option", f"width={WIDTH}"]
+    flags += ["--rounds", "0", "--joint-epochs", "0", "--no-one-machine"]
+    assert main([*flags, "--data", str(tuned["root"] / "topics"), "--out", str(out)]) == 0
+    return {"out": out, "results": json.loads((out / "results.json").read_text())}
+
+
+def test_federated_tuned_owners_build_the_life_cycles_model_file_for_file(tuned, federated):
+    """The model the server assembled from three tuned owners' contributions is, every module file (each owner's top,
+    rows, statistics and density; the host; router and gate built from the statistics), the run that `fit` built of
+    two domains and add-domain grew by the third; the two answer the same."""
+    from redkit.api import load
+    from redkit.federated.federate import module_digests
+
+    model = federated["out"] / "model"
+    assert federated["results"]["red"]["owner_experts"] == "tuned" and not federated["results"]["red"]["missing"]
+    digests = module_digests(model)
+    assert len(digests) == 3 * 4 + 4 and digests == module_digests(tuned["added"])
+    texts = [json.loads(x)["text"] for x in (federated["out"] / "data" / "test.jsonl").read_text().splitlines()[:12]]
+    assert [p.label for p in load(model).predict(texts)] == [p.label for p in load(tuned["added"]).predict(texts)]
+
+
+def test_the_server_refuses_a_contribution_of_other_experts_or_another_top_in_one_line(federated, tmp_path):
+    from safetensors.torch import load, save
+
+    from redkit.errors import RedkitError
+    from redkit.federated.assemble import check, contributions_of
+    from redkit.federated.upload import MANIFEST, package
+
+    plan, _ = contributions_of(federated["out"] / "model")  # the plan the server checked them against
+    received = package(federated["out"] / "accepted" / "cooking")
+    manifest = json.loads(received[MANIFEST])
+    assert manifest["owner_experts"] == "tuned"
+    top = "modules/experts/tuned/cooking/model.safetensors"
+    state = load(received[top])
+    state.pop(sorted(state)[0])  # one tensor of the top layers missing
+    forged = save(state)
+    files = manifest["files"] | {top: {"size": len(forged), "sha256": hashlib.sha256(forged).hexdigest()}}
+    cases = [
+        ({MANIFEST: json.dumps(manifest | {"owner_experts": "residual"}).encode()}, "experts are 'residual'"),
+        ({top: forged, MANIFEST: json.dumps(manifest | {"files": files}).encode()}, "not the backbone's top layers"),
+    ]
+    for change, says in cases:
+        with pytest.raises(RedkitError, match=says) as refused:
+            check(received | change, plan, "cooking", tmp_path)
+        assert len(str(refused.value).splitlines()) == 1 and "owner 'cooking'" in str(refused.value)
+    assert not any(tmp_path.iterdir())  # nothing staged
+    assert check(received, plan, "cooking", tmp_path).owner == "cooking"  # as sent: accepted
+
+
 @pytest.mark.parametrize(
     ("flags", "says"),
     [
@@ -197,3 +254,10 @@ def test_tuned_owners_outside_their_recipe_are_refused_in_one_line(tuned, tmp_pa
     code, _, err = run_cli(["fit", "--data", tuned["two"], "--out", tmp_path / "run", *flags], capsys)
     assert code == 2 and len(err.strip().splitlines()) == 1 and says in err
     assert not Path(tmp_path / "run").exists()
+
+
+def test_federate_refuses_an_unknown_router_setting_in_one_line_before_writing(tmp_path, capsys):
+    flags = ["--owner-experts", "tuned", "--router-option", "widht=512"]
+    code, _, err = run_cli(["federate", "--data", tmp_path, "--out", tmp_path / "fed", *flags], capsys)
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "widht" in err and "width" in err
+    assert not (tmp_path / "fed").exists()

@@ -41,10 +41,11 @@ from redkit.atomic import write_json  # noqa: E402
 from redkit.bundle.manifest import file_entry  # noqa: E402
 from redkit.errors import RedkitError  # noqa: E402
 from redkit.federated.assemble import FILES, check  # noqa: E402
-from redkit.federated.owner import FORMAT, MANIFEST, PARTS  # noqa: E402
+from redkit.federated.owner import FORMAT, MANIFEST  # noqa: E402
 from redkit.federated.plan import FederationPlan  # noqa: E402
 from redkit.federated.upload import MAX_MEMBERS, pack, package, unpack  # noqa: E402
 from redkit.fitting.config import FitConfig  # noqa: E402
+from redkit.fitting.replay_free import DOMAIN_PARTS as PARTS  # noqa: E402
 from redkit.fitting.run import FEDERATION, FitRun  # noqa: E402
 from redkit.incremental.projection import ProjectionConfig, RandomProjection  # noqa: E402
 from redkit.incremental.statistics import ClassStatistics  # noqa: E402

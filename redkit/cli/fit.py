@@ -4,7 +4,7 @@ import argparse
 from pathlib import Path
 
 from redkit.cli.command import command
-from redkit.cli.options import eval_option, model_options, router_option
+from redkit.cli.options import eval_option, model_options, parse_router_options, router_option, router_settings
 
 
 def _options(p: argparse.ArgumentParser) -> None:
@@ -75,28 +75,7 @@ def fit_model_options(p: argparse.ArgumentParser) -> None:
     )
     router_option(p)
     p.set_defaults(router=None)  # dense, or gaussian with --recipe replay-free (redkit.api.fit_setup)
-    p.add_argument(
-        "--router-option",
-        dest="router_options",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="a setting of the router (repeatable): dense hidden=1024; labels source=classifier, temperature=0.5",
-    )
-
-
-def _router_options(pairs: list[str]) -> dict:
-    import yaml
-
-    from redkit.errors import RedkitError
-
-    options = {}
-    for pair in pairs:
-        key, sep, value = str(pair).partition("=")
-        if not sep or not key.strip():
-            raise RedkitError(f"--router-option {pair!r}: expected KEY=VALUE, e.g. hidden=1024")
-        options[key.strip()] = yaml.safe_load(value)
-    return options
+    router_settings(p, "dense hidden=1024; labels source=classifier, temperature=0.5")
 
 
 def fit_kwargs(args) -> dict:
@@ -116,7 +95,7 @@ def fit_kwargs(args) -> dict:
         max_epochs=args.max_epochs,
         eval_files=args.eval_files,
         references=None if args.references is None else tuple(args.references),
-        router_options=_router_options(args.router_options),
+        router_options=parse_router_options(args.router_options),
         recipe=args.recipe,
         owner_experts=args.owner_experts,
     )

@@ -52,6 +52,33 @@ def nproc_option(p: argparse.ArgumentParser) -> None:
     )
 
 
+def router_settings(p: argparse.ArgumentParser, examples: str) -> None:
+    """--router-option KEY=VALUE (repeatable): read by parse_router_options."""
+    p.add_argument(
+        "--router-option",
+        dest="router_options",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help=f"a setting of the router (repeatable): {examples}",
+    )
+
+
+def parse_router_options(pairs: list[str]) -> dict:
+    """--router-option's KEY=VALUE pairs -> {key: value}, each value read as YAML (1024 an int, 0.5 a float)."""
+    import yaml
+
+    from redkit.errors import RedkitError
+
+    options = {}
+    for pair in pairs:
+        key, sep, value = str(pair).partition("=")
+        if not sep or not key.strip():
+            raise RedkitError(f"--router-option {pair!r}: expected KEY=VALUE, e.g. hidden=1024")
+        options[key.strip()] = yaml.safe_load(value)
+    return options
+
+
 def router_option(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--router",

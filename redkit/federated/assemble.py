@@ -6,7 +6,7 @@ check(received, plan, owner)   received = {relative path: bytes} as it came over
     names      every file a module file of one of its domains: modules/<part>/<domain>/{config.json,
                model.safetensors}, no other path, nothing left over (a name is never a path unchecked)
     sha256     every file of the size and sha256 its manifest gives
-    backbone   the manifest's fingerprint and width the plan's, and every module's own (load_module)
+    backbone   the manifest's fingerprint and width the plan's, and every module's own (validate.py: load_part)
     routing    the statistics of the plan's φ (width, seed): shares of other random features cannot be summed
 ─► an accepted contribution is staged under WORK/<owner>/, written only once every check passed
 
@@ -25,16 +25,17 @@ from pathlib import Path
 from redkit.atomic import write_json
 from redkit.bundle.manifest import _inside, file_digest
 from redkit.errors import RedkitError
-from redkit.federated.owner import FORMAT, MANIFEST, PARTS
+from redkit.federated.owner import FORMAT, MANIFEST
 from redkit.federated.plan import FederationPlan, write_host
 from redkit.federated.upload import SIZE_LIMIT
-from redkit.federated.validate import manifest_label_rows, validate
+from redkit.federated.validate import load_part, manifest_label_rows, validate
 from redkit.fitting.config import FitConfig
 from redkit.fitting.data import FitData
+from redkit.fitting.replay_free import RESIDUAL
 from redkit.fitting.run import FEDERATION, FitRun
 from redkit.jsonfile import read_json
 from redkit.modules.layers import ROUTERS
-from redkit.modules.store import ModuleMeta, install_module, load_module, save_module
+from redkit.modules.store import ModuleMeta, install_module, save_module
 from redkit.names import check_name
 
 FILES = ("config.json", "model.safetensors")
@@ -90,11 +91,13 @@ def check(
         raise RedkitError(
             f"{where}: trained on backbone {manifest.get('fingerprint')}, the federation's is {plan.fingerprint}"
         )
+    if (experts := manifest.get("owner_experts", RESIDUAL)) != plan.owner_experts:  # manifests before it: residual
+        raise RedkitError(f"{where}: its owners' experts are {experts!r}, the federation's {plan.owner_experts!r}")
     if manifest.get("router_options") != plan.router_options:
         raise RedkitError(
             f"{where}: routing statistics of φ {manifest.get('router_options')}, not the plan's {plan.router_options}"
         )
-    expected = {str(Path("modules", *part, d, name)) for d in domains for part in PARTS for name in FILES}
+    expected = {str(Path("modules", *part, d, name)) for d in domains for part in plan.parts() for name in FILES}
     listed = set(manifest["files"])
     for relative in sorted(listed | set(received) - {MANIFEST}):
         _inside(Path(work), relative, Path(MANIFEST))  # a path, absolute or with '..', is refused here
@@ -118,14 +121,11 @@ def check(
             if file_digest(staging / relative) != entry.get("sha256"):
                 raise RedkitError(f"{where}: file {relative!r} does not have the sha256 its manifest gives")
         loaded = {}  # {"modules/<part>/<domain>": (module, meta)}: each loaded once, for validate too
-        for module in sorted({str(Path(r).parent) for r in manifest["files"]}):
-            try:
-                loaded[module] = load_module(staging / module, plan.fingerprint)  # its own fingerprint, loadable
+        for module, part in ((str(Path("modules", *part, d)), part) for d in domains for part in plan.parts()):
+            try:  # its own fingerprint, loadable, of the manifest's width
+                loaded[module] = load_part(staging / module, part, plan, manifest.get("dim"))
             except RedkitError as err:  # said of the owner's file, not of the server's staging folder
                 raise RedkitError(f"{where}: {str(err).replace(f'{staging}/', '')}") from None
-            dim = loaded[module][1].config.get("dim")
-            if dim != manifest.get("dim"):
-                raise RedkitError(f"{where}: {module} is of width {dim}, its manifest says {manifest.get('dim')}")
         validate(loaded, rows, plan, where)  # what the files hold: label rows, statistics (validate.py)
         target = Path(work) / owner
         install_module(staging, target)  # one rename: an owner's earlier contribution is replaced whole
@@ -197,7 +197,7 @@ def assemble(plan: FederationPlan, accepted: list[Accepted], out: Path, print_fn
         write_host(run, plan)
         for domain in domains:
             source = owner_of[domain].directory
-            for part in PARTS:
+            for part in plan.parts():
                 module = Path("modules", *part, domain)
                 shutil.copytree(source / module, tmp / module)
         router = ROUTERS[config.router]

@@ -4,7 +4,9 @@
         host (plan.py) ─► each of its domains' modules, trained alone on that domain's examples by the replay-free
                       recipe of `redkit fit` (redkit/fitting/replay_free.py: train_domain, the one implementation):
             experts/residual/<d> + label_rows/<d>   Δh_d and R_d over d's labels
+              (experts/tuned/<d>: its own top layers, in a plan of tuned owners: plan.py)
             statistics/<d>                          counts, means, scatter of φ(h): its share of the router
+            density/<d>                             its class Gaussians of its adapted features (the OOS score)
     ─► {"files": {"modules/<part>/<name>": {size, sha256}}, "domains", "label_rows", "fingerprint", "dim", ...}
 
 What leaves the owner is `package(...)` (upload.py): those module files (weights and their JSON configs) and the
@@ -24,21 +26,19 @@ from redkit.fitting.config import FitConfig
 from redkit.fitting.data import label_domains as fitted_label_domains
 from redkit.fitting.data import load_fit_data
 from redkit.fitting.records import Fields
-from redkit.fitting.replay_free import DOMAIN_PARTS, own_label_rows, train_domain
+from redkit.fitting.replay_free import own_label_rows, train_domain
 from redkit.fitting.run import FitRun
 from redkit.jsonfile import read_json
 from redkit.train.stages import stage_line
 
 FORMAT = 1
-# An owner's modules (each under modules/<part>/<domain>/): what the replay-free recipe builds of a domain.
-PARTS = DOMAIN_PARTS
 
 
 def owner_config(plan: FederationPlan, data, data_dir: Path) -> FitConfig:
     """The owner's run: the plan's settings (the replay-free recipe), its own domains, each of its labels in its
     domain's label rows."""
     label_domains = fitted_label_domains(data)
-    return FitConfig(
+    config = FitConfig(
         data_dir=str(data_dir),
         **plan.config_fields(),
         labels=data.labels,
@@ -47,6 +47,8 @@ def owner_config(plan: FederationPlan, data, data_dir: Path) -> FitConfig:
         label_domains=label_domains,
         label_rows=own_label_rows(data.labels, label_domains, str(data_dir)),
     )
+    config.cap_epochs(plan.max_epochs)
+    return config
 
 
 def train_contribution(plan: FederationPlan, data_dir: Path, work: Path, print_fn=print) -> dict:
@@ -62,7 +64,7 @@ def train_contribution(plan: FederationPlan, data_dir: Path, work: Path, print_f
     write_host(run, plan)
     for domain in run.space.domains:
         print_fn(stage_line(f"owner {domain}", train_domain(run, domain)))
-    parts = [(*part, d) for d in run.space.domains for part in PARTS]
+    parts = [(*part, d) for d in run.space.domains for part in plan.parts()]
     files = {
         str(Path("modules", *p, name)): file_entry(run.module_dir(*p) / name)
         for p in parts
@@ -75,6 +77,7 @@ def train_contribution(plan: FederationPlan, data_dir: Path, work: Path, print_f
         "fingerprint": run.fingerprint,
         "dim": run.feature_dim,
         "router_options": dict(plan.router_options),
+        "owner_experts": plan.owner_experts,
         "files": files,
         "examples": {name: len(records) for name, records in run.splits.items()},  # counted, never sent
         "seconds": time.perf_counter() - wall,

@@ -10,8 +10,11 @@ data, so that no owner depends on another:
     classifier     C over no label (B, 0): every owner's labels are its own label rows (redkit/lifecycle/new_labels.py)
 
 An owner's domain is then what the replay-free recipe of `redkit fit` makes of each domain
-(redkit/fitting/replay_free.py: train_domain): its residual expert, its label rows and its routing statistics,
-trained alone on its own data.
+(redkit/fitting/replay_free.py: train_domain): its residual expert, its label rows, its routing statistics and its
+density, trained alone on its own data. With `owner_experts` "tuned" (`redkit federate --owner-experts tuned`), its
+own copy of the backbone's top TUNED_LAYERS layers instead of the residual expert, and the router's settings of
+`redkit fit --recipe replay-free --owner-experts tuned` (r = [h, lower], M = 4,096, routed by the ridge): the plan
+splits the backbone there, so its fingerprint is another, and its host's top is those layers, pretrained.
 """
 
 import json
@@ -32,12 +35,33 @@ class FederationPlan:
     seed: int = 0
     val_fraction: float = 0.1  # of an owner's training examples, carved for its early stopping where it has no val
     router_options: dict = field(default_factory=lambda: {"width": WIDTH, "seed": 0})
+    owner_experts: str = replay_free.RESIDUAL  # or TUNED: each owner tunes its own top layers (module docstring)
+    max_epochs: int | None = None  # caps every owner's epochs (quick runs; None: the recipe's)
 
     @classmethod
     def of(cls, **settings) -> "FederationPlan":
+        """The plan of `settings`, its backbone's fingerprint computed. owner_experts "tuned" splits the backbone at
+        its top TUNED_LAYERS layers and routes as `fit --owner-experts tuned` does; `router_options` given are
+        read over the owners' kind's (each a field of the Gaussian router's config, or one line)."""
+        from redkit.api import check_router_options
+
+        experts = settings.get("owner_experts", replay_free.RESIDUAL)
+        if experts not in replay_free.OWNER_EXPERTS:
+            raise RedkitError(f"owner_experts {experts!r}: expected one of {', '.join(replay_free.OWNER_EXPERTS)}")
+        defaults = {"width": WIDTH, "seed": 0}
+        if experts == replay_free.TUNED:
+            layers = replay_free.TUNED_LAYERS
+            settings.setdefault("backbone", BackboneConfig(trainable_layers=layers, max_length=replay_free.MAX_LENGTH))
+            defaults |= replay_free.TUNED_ROUTER_OPTIONS
+        check_router_options("gaussian", settings.get("router_options", {}))
+        settings["router_options"] = defaults | settings.get("router_options", {})
         plan = cls(**settings)
         plan.fingerprint = Backbone(plan.backbone).fingerprint()
         return plan
+
+    def parts(self) -> tuple[tuple[str, ...], ...]:
+        """What each domain's owner sends: one module of each part (paths under modules/, before the domain)."""
+        return replay_free.domain_parts(self)
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), sort_keys=True)
@@ -58,6 +82,7 @@ class FederationPlan:
             "references": (),  # nobody holds the pooled data a reference trains on
             "base_fraction": 0.0,
             "recipe": replay_free.REPLAY_FREE,
+            "owner_experts": self.owner_experts,
         }
 
 

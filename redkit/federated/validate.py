@@ -6,7 +6,9 @@ store.py's read_weights refuses NaN and infinite weights) and the manifest's lab
 reads what they hold:
 
     label_rows   the manifest's {domain: labels}: each a non-empty list of plain names (check_name), no label twice
-    kinds        modules/<part>/<d> a module of that part's kind (a residual expert, label rows, statistics)
+    loaded       each module of the plan's backbone (fingerprint) and of the manifest's width (load_part); a tuned
+                 owner's top layers (experts/tuned/<d>) those of the plan's backbone: names, shapes, split
+    kinds        modules/<part>/<d> a module of that part's kind (a residual expert or tuned top, label rows, ...)
     label rows   modules/label_rows/<d>: its rows are those labels, in that order
     statistics   modules/statistics/<d> (redkit/routers/gaussian.py DomainStatistics, as train_domain saves it):
                  of the plan's φ (width, seed); a row "<d>/<label>" per label; counts whole, 1 to MAX_COUNT;
@@ -30,18 +32,23 @@ MAX_MEAN: φ(h) = ReLU(hP) of a pooled feature; CLINC150's largest class mean is
 leaves room for other backbones and keeps Σ⁻¹μ and μᵀΣ⁻¹μ far inside float32.
 """
 
+import json
+from functools import cache
 from pathlib import Path
 
 import torch
 
+from redkit.backbone import Backbone, BackboneConfig
 from redkit.errors import RedkitError
-from redkit.federated.owner import PARTS
 from redkit.federated.upload import MANIFEST
+from redkit.fitting.tuned_encoder import check_top
+from redkit.fitting.tuned_owners import TUNED_PARTS, TUNED_TOP
 from redkit.incremental.projection import WIDTH
 from redkit.incremental.statistics import GRID, on_grid
+from redkit.modules.store import load_module, load_state
 from redkit.names import check_name
 from redkit.oos.owner_density import DENSITY
-from redkit.routers.gaussian import STATISTICS
+from redkit.routers.gaussian import STATISTICS, input_width
 
 MAX_COUNT = 10_000_000  # examples of one class (see above)
 MAX_MEAN = 1e4  # |an entry of a class mean of φ| (see above)
@@ -53,17 +60,41 @@ def validate(loaded: dict[str, tuple], rows: dict[str, tuple[str, ...]], plan, w
     otherwise."""
     for domain, labels in rows.items():
         at = f"{where}: domain {domain!r}"
-        modules = {part[-1]: of_kind(loaded, part, domain, at) for part in PARTS}
+        modules = {part[-1]: of_kind(loaded, part, domain, at) for part in plan.parts()}
         if tuple(modules["label_rows"].config.labels) != labels:
             raise RedkitError(f"{at}: label_rows field 'labels' must be its {MANIFEST} label_rows, in order")
         check_statistics(modules[STATISTICS], tuple(f"{domain}/{label}" for label in labels), plan.router_options, at)
         check_density(modules[DENSITY], labels, at)
 
 
+def load_part(path: Path, part: tuple[str, ...], plan, dim) -> tuple:
+    """(module, meta) of a contribution's module of `part` at `path`, of the plan's backbone (fingerprint) and of
+    width `dim` (its manifest's; the statistics' φ reads input_width of it); a tuned owner's top layers as their
+    state dict, checked against the plan's backbone (check_top). One line otherwise."""
+    if part == TUNED_PARTS[0]:
+        state, meta = load_state(path, plan.fingerprint)
+        if meta.kind != TUNED_TOP:  # before its tensors are read as top layers
+            raise RedkitError(f"{path}: field 'kind' is {meta.kind!r}, not {TUNED_TOP!r}")
+        check_top(path, state, meta, backbone_of(plan.to_json()))
+        return state, meta
+    module, meta = load_module(path, plan.fingerprint)
+    width = input_width(plan.router_options, dim) if part == (STATISTICS,) else dim
+    if meta.config.get("dim") != width:
+        raise RedkitError(f"{path}: of width {meta.config.get('dim')}, its manifest's dim says {width}")
+    return module, meta
+
+
+@cache
+def backbone_of(plan_json: str) -> Backbone:
+    """The plan's pretrained backbone (loaded once per plan: every tuned top of a round is checked against it)."""
+    return Backbone(BackboneConfig(**json.loads(plan_json)["backbone"]))
+
+
 def of_kind(loaded: dict[str, tuple], part: tuple[str, ...], domain: str, at: str):
-    """The module of `part` (("experts", "residual"), ...) of `domain`, of that part's kind (its last name)."""
+    """The module of `part` (("experts", "residual"), ...) of `domain`, of that part's kind (its last name; a tuned
+    top's load_part checked)."""
     module, meta = loaded[str(Path("modules", *part, domain))]
-    if meta.kind != part[-1]:
+    if meta.kind != part[-1] and part != TUNED_PARTS[0]:
         raise RedkitError(f"{at}: {'/'.join(part)} field 'kind' is {meta.kind!r}, not {part[-1]!r}")
     return module
 

@@ -35,11 +35,12 @@ from redkit.errors import RedkitError
 from redkit.fitting.owner_data import domain_examples, pending_owner
 from redkit.fitting.tuned_owners import TUNED_PARTS, train_tuned_domain
 from redkit.incremental.owner import owner_seed, train_owner_share
+from redkit.incremental.tuned import ROUTER_WIDTH
 from redkit.modules.layers import Classifier
 from redkit.modules.store import ModuleMeta, module_exists, save_module
 from redkit.names import check_name
 from redkit.oos.owner_density import DENSITY, OwnerDensity
-from redkit.routers.gaussian import STATISTICS, DomainStatistics, routing_projection
+from redkit.routers.gaussian import POOLED_LOWER, STATISTICS, DomainStatistics, routing_projection
 from redkit.threads import one_thread
 from redkit.train.loop import Checkpoint
 from redkit.train.stages import PIPELINE, STAGES, timed
@@ -49,6 +50,8 @@ RECIPES = (POOLED, REPLAY_FREE)
 RESIDUAL, TUNED = "residual", "tuned"  # what each owner's expert is (--owner-experts)
 OWNER_EXPERTS = (RESIDUAL, TUNED)
 TUNED_LAYERS = 2  # the top layers a tuned owner tunes unless --trainable-layers says otherwise (the study's)
+# the tuned owners' router (the study's red_tuned's): φ of r = [h, lower] at M 4,096, each query to the ridge's owner
+TUNED_ROUTER_OPTIONS = {"input": POOLED_LOWER, "width": ROUTER_WIDTH, "routes_by": "ridge"}
 REPLAY_FREE_PIPELINE = ("host", "owners", "router", "gate")
 MAX_LENGTH = 128  # tokens: the federation plan's default (redkit/federated/plan.py)
 DOMAIN_PARTS = (("experts", "residual"), ("label_rows",), (STATISTICS,), (DENSITY,))  # what one domain's owner builds

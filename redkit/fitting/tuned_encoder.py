@@ -77,15 +77,21 @@ class TunedEncoder(nn.Module):
         from redkit.fitting.tuned_owners import TUNED_PARTS
 
         backbone, tops = run.backbone, []
-        shapes = {key: tensor.shape for key, tensor in backbone.top_state_dict().items()}
         for domain in run.space.domains:
             path = run.module_dir(*TUNED_PARTS[0], domain)
             state, meta = load_state(path, run.fingerprint)
-            expected = {"source_fingerprint": backbone.source_fingerprint, "split_at": backbone.split_at}
-            found = {key: meta.config.get(key) for key in expected}
-            if found != expected:
-                raise RedkitError(f"{path}: top layers of backbone {found}, but the run's backbone is {expected}")
-            if {key: tensor.shape for key, tensor in state.items()} != shapes:
-                raise RedkitError(f"{path}: its tensors are not the backbone's top layers (names or shapes differ)")
+            check_top(path, state, meta, backbone)
             tops.append(state)
         return cls(backbone, tops).to(run.device)
+
+
+def check_top(path, state: dict[str, torch.Tensor], meta, backbone: Backbone) -> None:
+    """An owner's tuned top layers (`state`, `meta` as load_state read them from `path`): of `backbone`'s source
+    weights, split where it is split, with its top layers' tensor names and shapes; one line otherwise."""
+    expected = {"source_fingerprint": backbone.source_fingerprint, "split_at": backbone.split_at}
+    found = {key: meta.config.get(key) for key in expected}
+    if found != expected:
+        raise RedkitError(f"{path}: top layers of backbone {found}, but the run's backbone is {expected}")
+    shapes = {key: tensor.shape for key, tensor in backbone.top_state_dict().items()}
+    if {key: tensor.shape for key, tensor in state.items()} != shapes:
+        raise RedkitError(f"{path}: its tensors are not the backbone's top layers (names or shapes differ)")

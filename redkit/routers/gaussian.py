@@ -86,7 +86,12 @@ ROUTES_BY = ("gaussian", "ridge")
 
 def routing_dim(run) -> int:
     """The width of what the run's router reads: d, or 2d for input "pooled+lower"."""
-    return run.feature_dim * (2 if run.config.router_options.get("input", POOLED) == POOLED_LOWER else 1)
+    return input_width(run.config.router_options, run.feature_dim)
+
+
+def input_width(router_options: dict, feature_dim: int) -> int:
+    """What φ reads under `router_options`, for features of width `feature_dim` (d, or 2d: [h, lower])."""
+    return feature_dim * (2 if router_options.get("input", POOLED) == POOLED_LOWER else 1)
 
 
 def routing_projection(run) -> RandomProjection:
