@@ -225,6 +225,19 @@ class Backbone(nn.Module):
             for k, v in layer.state_dict().items()
         }
 
+    def top_config(self, path: bool = True) -> dict:
+        """What a saved copy of the top layers says of itself (its module's config): the source weights, where they
+        are split, pooling and width; `path` False leaves out this machine's path to them (a tuned owner's top, which
+        leaves its machine)."""
+        where = {"source_path": str(self.path)} if path else {}
+        return {
+            "source_fingerprint": self.source_fingerprint,
+            **where,
+            "split_at": self.split_at,
+            "pooling": self.config.pooling,
+            "dim": self.hidden_size,
+        }
+
     def load_top_state_dict(self, state: dict[str, torch.Tensor], layers: nn.ModuleList | None = None) -> None:
         """`state` (top_state_dict's keys) into the top layers, or into `layers`, another copy of them."""
         for i, layer in enumerate(self.top_layers if layers is None else layers):

@@ -97,13 +97,7 @@ def own_label_rows(labels: tuple[str, ...], label_domains: tuple[str, ...], wher
 def write_host(run, fingerprint: str, seed: int) -> None:
     """`run`'s backbone_top (the pretrained top, untouched) and classifier C over no label."""
     backbone = run.backbone
-    top = {
-        "source_fingerprint": backbone.source_fingerprint,
-        "source_path": str(backbone.path),
-        "split_at": backbone.split_at,
-        "pooling": backbone.config.pooling,
-        "dim": backbone.hidden_size,
-    }
+    top = backbone.top_config()
     metrics = {"trained": False}
     save_module(
         run.module_dir("backbone_top"),

@@ -87,12 +87,7 @@ def train_tuned_domain(run, domain: str) -> dict:
             "examples": len(y),
         }
         index = run.space.domains.index(domain)
-        top_config = {
-            "source_fingerprint": backbone.source_fingerprint,
-            "split_at": backbone.split_at,
-            "pooling": backbone.config.pooling,
-            "dim": backbone.hidden_size,
-        }
+        top_config = backbone.top_config(path=False)  # sent to the server: no path of the owner's machine
         configs = (top_config, vars(expert.rows.config), vars(statistics.config), vars(density.config))
         kinds = (TUNED_TOP, "label_rows", STATISTICS, DENSITY)
         for part, module, kind, config in zip(

@@ -246,13 +246,7 @@ def tune_top(
             seed=run.config.seed,
             data_hash=meta.data_hash,
             metrics=meta.metrics,
-            config={
-                "source_fingerprint": backbone.source_fingerprint,
-                "source_path": str(backbone.path),
-                "split_at": backbone.split_at,
-                "pooling": backbone.config.pooling,
-                "dim": backbone.hidden_size,
-            },
+            config=backbone.top_config(),
         ),
     )
     save_module(clf_dir, classifier.cpu(), meta)
