@@ -253,6 +253,7 @@ ELSEWHERE = {
         "test_tuned_owners.py",
         '"federate", "--owner-experts", "tuned"',
     ),
+    "redkit federate --secure-aggregation --out RUN": ("test_federated.py", '[*args, "--secure-aggregation"]'),
     "redkit study incremental --out DIR [--data DIR] [--protocol domains|classes] [--order N] [--method red ...]": (
         "test_incremental.py",
         '"study", "incremental"',

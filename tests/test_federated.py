@@ -184,24 +184,36 @@ def test_two_nodes_that_give_one_owner_name_are_both_refused():
 
 
 def test_over_flower_the_same_modules_as_on_one_machine_and_a_run_the_cli_reads(owners, capsys, monkeypatch):
-    """`redkit federate` in the simulation runtime, one owner failing in FedAvg's first round (a fault drill):
-    that round ends with the other two and names it; RED's round, before, has every owner."""
+    """`redkit federate --secure-aggregation` in the simulation runtime, one owner failing in FedAvg's first round (a
+    fault drill): the owners' scatters summed by Flower's SecAgg+ give the one-process plain recipe's router and
+    gate bit for bit, and every other module file; FedAvg's round, through the same ClientApp mod, ends with the
+    other two and names the one that failed; RED's round, before, has every owner."""
     from redkit.cli import main
     from redkit.federated import federate
+    from redkit.fitting.run import FitRun
+    from redkit.modules.store import load_module
+    from redkit.routers.gaussian import STATISTICS, STATISTICS_SUM
 
     out, victim = owners["root"] / "run", owners["dirs"][2].name
     run_federation = federate.federate
     monkeypatch.setattr(federate, "federate", lambda config: run_federation(replace(config, drill={victim: 1})))
     args = ["federate", "--data", str(owners["data"]), "--out", str(out), "--rounds", "1", "--joint-epochs", "1"]
-    assert main(args) == 0
+    assert main([*args, "--secure-aggregation"]) == 0
     results = json.loads((out / "results.json").read_text())
-    assert results["same_modules"] is True and results["modules_compared"] == 16
+    assert results["same_modules"] is True and results["modules_compared"] == 13  # 16 but the statistics
     assert abs(results["red"]["accuracy"] - results["one_machine"]["accuracy"]) <= 1e-4
     assert results["red"]["accuracy"] >= 0.9 and not results["red"]["missing"] and not results["red"]["refused"]
+    names = sorted(d.name for d in owners["dirs"])
+    secure = results["red"]["secure_sum"]
+    assert secure["owners"] == names and secure["bytes_up"] > 3 * 3 * 2048 * 2049 // 2 * 8  # three limbs, int64
+    run = FitRun(out / "model")
+    summed, _ = load_module(run.module_dir(STATISTICS_SUM))
+    assert list(summed.config.domains) == names
+    assert all(load_module(run.module_dir(STATISTICS, n))[0].config.withheld for n in names)
     assert set(results) >= {"red", "one_machine", "same_modules", "fedavg", "joint_central"}
     round_ = results["fedavg"][0]
     assert round_["round"] == 1 and round_["bytes_up"] > 0 and round_["bytes_down"] > 0 and 0 <= round_["accuracy"] <= 1
-    assert round_["owners"] == sorted(d.name for d in owners["dirs"][:2]) and list(round_["missing"]) == [victim]
+    assert round_["owners"] == names[:2] and list(round_["missing"]) == [victim]
     assert "fault drill" in round_["missing"][victim] and "\n" not in round_["missing"][victim]
     assert results["red"]["bytes_up"] > 0 and results["red"]["bytes_down"] > 0
     capsys.readouterr()
@@ -210,6 +222,45 @@ def test_over_flower_the_same_modules_as_on_one_machine_and_a_run_the_cli_reads(
     assert abs(float(line.split()[1]) - results["red"]["accuracy"]) < 1e-9
     assert main(["predict", "--bundle", str(out / "bundle"), "how do I cancel my flight"]) == 0
     assert "cancel" in capsys.readouterr().out
+    assert not any(p.parts[-2].startswith(STATISTICS) for p in (out / "bundle").rglob("config.json"))
+    capsys.readouterr()
+    assert main(["remove-domain", "--run", str(out / "model"), "--domain", victim]) == 2  # the sum cannot lose it
+    assert "summed securely" in capsys.readouterr().err and not (out / f"model-{victim}").exists()
+
+
+def test_an_owner_of_a_secure_federation_withholds_its_scatter_and_keeps_their_sum(owners, tmp_path):
+    """Only its statistics' weights differ from the plain contribution's (counts and means, no scatter: 33.6 MB less);
+    its share is its scatter; the server refuses a scatter withheld from a plain plan, or sent in the clear to a
+    secure one; a securely summed run is changed only by a new secure round."""
+    import torch
+    from safetensors.torch import load_file
+
+    from redkit.federated.assemble import refuse_secure
+    from redkit.federated.scatter_share import SHARE
+    from redkit.modules.store import load_module
+
+    plain, secure = owners["plan"], replace(owners["plan"], secure_aggregation=True)
+    name = owners["dirs"][0].name
+    manifest = train_contribution(secure, owners["dirs"][0], tmp_path / "work", print_fn=lambda *_: None)
+    before = owners["manifests"][name]["files"]
+    weights = {rel for rel in manifest["files"] if rel.endswith("model.safetensors")}  # configs name the work dir
+    differs = {rel for rel in weights if manifest["files"][rel]["sha256"] != before[rel]["sha256"]}
+    assert len(weights) == 4 and differs == {f"modules/statistics/{name}/model.safetensors"}
+    sent = package(tmp_path / "work", manifest)
+    assert sum(map(len, _received(owners, name).values())) - sum(map(len, sent.values())) >= 2048 * 2048 * 8
+    scatter = load_module(owners["work"][name] / "modules" / "statistics" / name)[0].scatter
+    assert torch.equal(load_file(str(tmp_path / "work" / SHARE))["scatter"], scatter)
+    (tmp_path / "accepted").mkdir()
+    assert check(sent, secure, name, tmp_path / "accepted").owner == name
+    for received, plan, says in (
+        (sent, plain, "withheld, and"),
+        (_received(owners, name), secure, "in the clear, and"),
+    ):
+        with pytest.raises(RedkitError, match=says) as err:
+            check(received, plan, name, tmp_path / "accepted")
+        assert "\n" not in str(err.value)
+    with pytest.raises(RedkitError, match="summed securely"):
+        refuse_secure(secure, "owner 'x' cannot join by upload")
 
 
 def test_the_central_joint_trains_every_epoch_and_keeps_the_best_by_the_pooled_val(owners, tmp_path):
@@ -245,6 +296,7 @@ def test_an_owner_joins_and_opts_out_while_the_model_serves(owners, tmp_path):
     httpx = pytest.importorskip("httpx")
     from redkit.federated.federate import module_digests, push_accepted
     from redkit.federated.upload import pack
+    from redkit.lifecycle.remove import remove_domain
     from redkit.serve.main import TOKEN_ENV, ServeConfig, bundle_of_run, create
     from redkit.serve.testing import ServerThread
 
@@ -253,6 +305,8 @@ def test_an_owner_joins_and_opts_out_while_the_model_serves(owners, tmp_path):
     everyone = _accept_everyone(owners, tmp_path / "accepted")
     assemble(plan, [everyone[n] for n in names[:2]], tmp_path / "two", quiet)
     assemble(plan, list(everyone.values()), tmp_path / "three", quiet)
+    remove_domain(tmp_path / "three", names[2], tmp_path / "three-less", quiet)  # the CLI's path: assembled again
+    assert module_digests(tmp_path / "three-less") == module_digests(tmp_path / "two")
     work, joiner = tmp_path / "serve", names[2]
     genuine = pack(_received(owners, joiner))
     config = ServeConfig(

@@ -38,15 +38,16 @@ from redkit.jsonfile import read_json
 from redkit.modules.store import CONFIG, WEIGHTS, module_exists, parse_meta
 
 HEADS = "heads"  # modules/heads/: exported only when asked for
-STATISTICS = "statistics"  # redkit/routers/gaussian.py STATISTICS (not imported: it needs torch)
+STATISTICS = ("statistics", "statistics_sum")  # redkit/routers/gaussian.py's (not imported: it needs torch)
 OOS = "oos.json"  # redkit/oos/evaluate.py OOS_FILE (not imported: it needs torch)
 
 
 def _modules(run: Path, heads: bool) -> list[Path]:
     """Every module directory under <run>/modules, relative to the run (heads/ only if asked), but the
-    replay-free router's statistics: what it routes with is in the router; they serve the run's next change."""
+    replay-free router's statistics (and a secure federation's summed scatter): what it routes with is in the
+    router; they serve the run's next change."""
     found = sorted(cfg.parent.relative_to(run) for cfg in (run / "modules").rglob(CONFIG) if module_exists(cfg.parent))
-    return [m for m in found if (heads or m.parts[1] != HEADS) and m.parts[1] != STATISTICS]
+    return [m for m in found if (heads or m.parts[1] != HEADS) and m.parts[1] not in STATISTICS]
 
 
 def _decomposer_module(run: Path, config: dict) -> Path | None:

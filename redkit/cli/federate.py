@@ -33,6 +33,12 @@ def _options(p: argparse.ArgumentParser) -> None:
         "about 35 to 150 MB an owner on CLINC150)",
     )
     p.add_argument("--max-epochs", type=int, default=None, help="cap every owner's epochs (quick runs)")
+    p.add_argument(
+        "--secure-aggregation",
+        action="store_true",
+        help="the owners' within-class scatters summed by Flower's SecAgg+: the server learns their sum, not one "
+        "owner's (each owner's upload then carries its modules, label rows, class means and counts)",
+    )
     router_settings(p, "the plan's gaussian router, over its owner kind's defaults: width=4096, seed=0")
     p.add_argument(
         "--insecure",
@@ -83,6 +89,7 @@ def run(args) -> None:
         joint_epochs=args.joint_epochs,
         owner_experts=args.owner_experts,
         max_epochs=args.max_epochs,
+        secure_aggregation=args.secure_aggregation,
         router_options=parse_router_options(args.router_options),
         one_machine=not args.no_one_machine,
         insecure=args.insecure,
@@ -93,6 +100,8 @@ def run(args) -> None:
     results = federate(config)
     red = results["red"]
     print(f"RED, one round: accuracy {red['accuracy']:.4f}, {red['bytes_up']:,} bytes up, {red['bytes_down']:,} down")
+    if secure := red.get("secure_sum"):
+        print(f"  its scatters summed by SecAgg+: {secure['bytes_up']:,} bytes up, {secure['bytes_down']:,} down")
     for r in results["fedavg"]:
         left_out = f", left out: {', '.join(r['missing'])}" if r.get("missing") else ""
         print(f"FedAvg round {r['round']}: accuracy {r.get('accuracy', float('nan')):.4f}{left_out}")

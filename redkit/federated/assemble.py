@@ -14,6 +14,8 @@ assemble(plan, accepted, OUT)  a fit run of every accepted domain (in the order 
     owners, the same run, whatever order they arrived in): the host (plan.py), each domain's modules copied
     byte for byte, and router and gate built from the statistics modules (redkit/routers/gaussian.py) --
     nothing trained, no example read. `redkit eval`, `predict`, `export` and `serve` read it as any fit run.
+    With secure aggregation, the owners' scatters come as one sum (secure_sum.py), saved beside them
+    (modules/statistics_sum, checked as one scatter: `summed_module`).
 """
 
 import json
@@ -22,13 +24,15 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+import torch
+
 from redkit.atomic import write_json
 from redkit.bundle.manifest import _inside, file_digest
 from redkit.errors import RedkitError
 from redkit.federated.owner import FORMAT, MANIFEST
 from redkit.federated.plan import FederationPlan, write_host
 from redkit.federated.upload import SIZE_LIMIT
-from redkit.federated.validate import load_part, manifest_label_rows, validate
+from redkit.federated.validate import check_scatter, load_part, manifest_label_rows, validate
 from redkit.fitting.config import FitConfig
 from redkit.fitting.data import FitData
 from redkit.fitting.replay_free import RESIDUAL
@@ -37,6 +41,7 @@ from redkit.jsonfile import read_json
 from redkit.modules.layers import ROUTERS
 from redkit.modules.store import ModuleMeta, install_module, save_module
 from redkit.names import check_name
+from redkit.routers.gaussian import STATISTICS_SUM, SummedScatter, SummedScatterConfig, input_width
 
 FILES = ("config.json", "model.safetensors")
 
@@ -164,8 +169,32 @@ def accepted_in(directory: Path) -> list[Accepted]:
     ]
 
 
-def assemble(plan: FederationPlan, accepted: list[Accepted], out: Path, print_fn=print) -> FitRun:
-    """The fit run of every accepted owner's domains, at `out` (written to a temporary folder, then renamed)."""
+def summed_module(plan: FederationPlan, accepted: list[Accepted], scatter: torch.Tensor) -> SummedScatter:
+    """The accepted owners' scatters' sum as a module naming their domains; one line if it is not a scatter (a
+    forged share shows only here, in the sum: no owner can be told from another)."""
+    check_scatter(scatter, "the owners' securely summed scatter: field", owners=len(accepted))
+    dim = input_width(plan.router_options, accepted[0].manifest["dim"])
+    domains = tuple(sorted(d for a in accepted for d in a.manifest["domains"]))
+    module = SummedScatter(SummedScatterConfig(dim, plan.router_options["width"], plan.router_options["seed"], domains))
+    module.scatter.copy_(scatter)
+    return module
+
+
+def refuse_secure(plan: FederationPlan, change: str) -> None:
+    """One line if the run's scatters were summed securely: its sum cannot gain or lose an owner's share without
+    the owners (a new `redkit federate --secure-aggregation` round)."""
+    if plan.secure_aggregation:
+        raise RedkitError(
+            f"{change}: this run's owners' scatters were summed securely, and the sum cannot gain or lose one owner's "
+            "without the others: run the federation's secure round again (redkit federate --secure-aggregation)"
+        )
+
+
+def assemble(
+    plan: FederationPlan, accepted: list[Accepted], out: Path, print_fn=print, summed: SummedScatter | None = None
+) -> FitRun:
+    """The fit run of every accepted owner's domains, at `out` (written to a temporary folder, then renamed);
+    `summed`: their withheld scatters' sum (secure aggregation)."""
     out = Path(out)
     if out.exists():
         raise RedkitError(f"{out}: already exists; choose another --out or delete it")
@@ -200,6 +229,9 @@ def assemble(plan: FederationPlan, accepted: list[Accepted], out: Path, print_fn
             for part in plan.parts():
                 module = Path("modules", *part, domain)
                 shutil.copytree(source / module, tmp / module)
+        if summed is not None:
+            meta = ModuleMeta(STATISTICS_SUM, vars(summed.config), plan.fingerprint, "", plan.seed)
+            save_module(run.module_dir(STATISTICS_SUM), summed, meta)
         router = ROUTERS[config.router]
         for role in ("router", "gate"):  # from the statistics modules alone (role does not change it)
             built = router.from_run(run, role, **config.router_options)

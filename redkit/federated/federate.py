@@ -36,6 +36,7 @@ from redkit.fitting.replay_free import has_tuned_owners
 from redkit.jsonfile import read_json
 from redkit.names import check_name
 from redkit.provenance import provenance
+from redkit.routers.gaussian import STATISTICS, STATISTICS_SUM
 
 RUNTIMES = ("simulation", "deployment")
 ROUND_TIMEOUT = 600.0  # seconds, for one owner's reply (a CLINC150 owner: about 10 s residual, 70 s tuned, here)
@@ -53,6 +54,7 @@ class FederateConfig:
     round_timeout: float | None = None
     owner_experts: str = "residual"  # what each owner trains: residual experts, or "tuned" top layers (plan.py)
     max_epochs: int | None = None  # caps every owner's epochs (quick runs; None: the recipe's)
+    secure_aggregation: bool = False  # the owners' scatters summed by SecAgg+ (secure_sum.py)
     router_options: dict = field(default_factory=dict)  # the plan's router settings over its owner kind's defaults
     joint_epochs: int = 3  # joint_central: the joint fine-tune on the pooled data, the bound no owner may run
     one_machine: bool = True  # the same recipe in one process, for same_modules
@@ -120,6 +122,11 @@ def module_digests(run_dir: Path) -> dict[str, str]:
     }
 
 
+def beyond_statistics(digests: dict[str, str]) -> dict[str, str]:
+    """Module digests but the statistics' (modules/statistics/<d>, modules/statistics_sum)."""
+    return {k: v for k, v in digests.items() if Path(k).parts[1] not in (STATISTICS, STATISTICS_SUM)}
+
+
 def joint_central(labels: tuple[str, ...], owners: list[Path], test: Path, epochs: int, seed: int, cache: Path) -> dict:
     """The joint fine-tune on every owner's training examples pooled: what no owner may run. Every one of its
     `epochs` is trained (the joint recipe's linear schedule over all of them, no early stop), and the epoch with
@@ -165,6 +172,7 @@ def federate(config: FederateConfig, print_fn=print) -> dict:
         seed=config.seed,
         owner_experts=config.owner_experts,
         max_epochs=config.max_epochs,
+        secure_aggregation=config.secure_aggregation,
         router_options=config.router_options,
     )
     out = Path(config.out)
@@ -210,10 +218,12 @@ def federate(config: FederateConfig, print_fn=print) -> dict:
         "fedavg": server["fedavg"],
         **({"fedavg_failed": server["fedavg_failed"]} if "fedavg_failed" in server else {}),
     }
-    if config.one_machine:
-        same = one_machine(plan, owners, out / "one-machine", print_fn)
+    if config.one_machine:  # the plain recipe: a secure sum must give what the plain one does
+        same = one_machine(replace(plan, secure_aggregation=False), owners, out / "one-machine", print_fn)
         same["accuracy"] = in_scope_accuracy(out / "one-machine" / "model", test)["red"]
         digests, local = module_digests(out / "model"), module_digests(out / "one-machine" / "model")
+        if plan.secure_aggregation:  # its statistics hold counts and means, the sum beside them: the rest compared
+            digests, local = (beyond_statistics(d) for d in (digests, local))
         results["one_machine"] = same
         results["same_modules"] = digests == local
         results["modules_compared"] = len(digests)

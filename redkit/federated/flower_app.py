@@ -7,6 +7,9 @@ owner), over Flower's messages (RecordDict: ArrayRecord, ConfigRecord, MetricRec
                   ◄────── its name, module files ─────  (an ArrayRecord of uint8 arrays, one per file)
                           + manifest (or its name only)
       names checked, then each contribution (assemble.py); the accepted assembled into RUN/model, RUN/bundle
+    train         ─────── SecAgg+'s four stages ──────► (a plan with secure_aggregation, before assembling: the
+                  ◄────── its masked scatter share ───  accepted owners' scatters summed, none seen alone:
+                                                        secure_sum.py)
     train         ─────── FedAvg weights ────────────► one local epoch (fedavg.py)
                   ◄────── weights, example count ────  Flower's FedAvg averages them, R rounds
 
@@ -38,6 +41,7 @@ from flwr.serverapp.strategy import FedAvg
 
 from redkit.atomic import write_json
 from redkit.errors import RedkitError
+from redkit.federated.message_bytes import content_bytes
 from redkit.federated.upload import SIZE_LIMIT, package
 from redkit.fitting.data import load_fit_data
 from redkit.fitting.records import Fields, LabelReader, read_records
@@ -116,7 +120,22 @@ def client_app(settings: Settings | None = None) -> ClientApp:
         arrays = ArrayRecord({rel: Array(np.frombuffer(b, dtype=np.uint8)) for rel, b in files.items()})
         return Message(RecordDict({"files": arrays} | said), reply_to=message)
 
-    @app.train()
+    def secure_round(message: Message, context: Context, call_next) -> Message:
+        """SecAgg+'s messages (their config record says so) to Flower's secaggplus_mod, which masks this owner's
+        scatter share; every other "train" message (FedAvg's) to local_epoch."""
+        from flwr.client.mod import secaggplus_mod
+        from flwr.common.secure_aggregation.secaggplus_constants import RECORD_KEY_CONFIGS
+
+        if RECORD_KEY_CONFIGS not in message.content.config_records:
+            return call_next(message, context)
+        from redkit.federated.secure_sum import share_reply
+
+        def reply(m: Message, c: Context) -> Message:
+            return Message(share_reply(owner_paths(c, resolved(c))[2]), reply_to=m)
+
+        return secaggplus_mod(message, context, reply)
+
+    @app.train(mods=[secure_round])
     def local_epoch(message: Message, context: Context) -> Message:
         from redkit.federated.fedavg import FedAvgConfig, FineTune
         from redkit.federated.plan import FederationPlan
@@ -157,11 +176,6 @@ def failure(reply: Message) -> str:
     return f"its round failed: {reason[:200]}{'...' if len(reason) > 200 else ''}"
 
 
-def content_bytes(content: RecordDict) -> int:
-    """What a message's records weigh (Flower's own count_bytes of each record: arrays' data and keys)."""
-    return sum(record.count_bytes() for record in content.values())
-
-
 def ask(grid: Grid, nodes: list[int], kind: str, content: RecordDict, timeout: float) -> tuple[dict, int]:
     """Send `content` as `kind` to every node; ({node: its reply}, bytes sent). A reply is matched to the node
     asked by the message it answers: an error the SuperLink writes for a node it lost (its heartbeat stopped)
@@ -195,9 +209,10 @@ def unique_names(named: dict[int, str], registered: dict[str, str]) -> tuple[dic
     return {n: name for n, name in named.items() if name not in refused}, refused
 
 
-def red_round(grid: Grid, nodes: list[int], settings: Settings, print_fn=print) -> dict:
+def red_round(grid: Grid, nodes: list[int], settings: Settings, context: Context, print_fn=print) -> dict:
     """RED's one round: every owner not yet accepted trains and sends its contribution; each is checked and
-    the accepted ones (this round's and earlier rounds', RUN/accepted) assembled into RUN/model and RUN/bundle."""
+    the accepted ones (this round's and earlier rounds', RUN/accepted) assembled into RUN/model and RUN/bundle
+    (with secure aggregation, those whose scatter shares SecAgg+ summed)."""
     from redkit.bundle.export import export_bundle
     from redkit.federated.assemble import accepted_in, assemble, check
     from redkit.federated.plan import FederationPlan
@@ -236,15 +251,19 @@ def red_round(grid: Grid, nodes: list[int], settings: Settings, print_fn=print) 
             sent_now.append(owner)
         except RedkitError as err:
             refused[owner] = str(err)
-    for owner, why in {**missing, **refused}.items():
-        print_fn(f"owner {owner}: left out ({why}); it can join later: run the same command again")
     phases = {"contributions trained, sent and checked": time.perf_counter() - start}
     accepted = accepted_in(accepted_dir)
     if not accepted:
         raise RedkitError("no owner's contribution was accepted: nothing to assemble")
+    summed, secure = None, {}
+    if plan.secure_aggregation:
+        accepted, summed, secure = sum_scatters(grid, context, plan, owner_of, accepted, settings, missing)
+        phases["scatters summed (SecAgg+)"] = time.perf_counter() - start
+    for owner, why in {**missing, **refused}.items():
+        print_fn(f"owner {owner}: left out ({why}); it can join later: run the same command again")
     shutil.rmtree(run / "model.new", ignore_errors=True)  # what a crash left half-written
     shutil.rmtree(run / "bundle.new", ignore_errors=True)
-    model = assemble(plan, accepted, run / "model.new", print_fn)
+    model = assemble(plan, accepted, run / "model.new", print_fn, summed)
     install_module(run / "model.new", run / "model")
     assembled = time.perf_counter() - start
     export_bundle(run / "model", run / "bundle.new")
@@ -258,10 +277,38 @@ def red_round(grid: Grid, nodes: list[int], settings: Settings, print_fn=print) 
         "refused": refused,
         "bytes_up": up,
         "bytes_down": down,
+        **({"secure_sum": secure} if secure else {}),
         "assembled_seconds": assembled,  # from the first message to RUN/model in place
         "seconds": time.perf_counter() - start,  # and RUN/bundle exported
         "phases": phases,  # seconds since the first message when each phase ended
     }
+
+
+def sum_scatters(
+    grid: Grid, context: Context, plan, owner_of: dict[int, str], accepted: list, settings: Settings, missing: dict
+):
+    """(the accepted owners whose scatter shares SecAgg+ summed, their sum as a module, what it cost): secure_sum.py
+    over every accepted owner connected now (an earlier round's too: its share is needed again). An owner not in the
+    sum (not connected, or dropped out of the protocol) is left out of this assembly, named in `missing`, and its
+    contribution kept for the next round."""
+    from redkit.federated.assemble import summed_module
+    from redkit.federated.secure_sum import secure_sum
+    from redkit.routers.gaussian import input_width
+
+    start = time.perf_counter()
+    names = {a.owner for a in accepted}
+    nodes = {node: owner for node, owner in owner_of.items() if owner in names}
+    width = plan.router_options["width"] or input_width(plan.router_options, accepted[0].manifest["dim"])
+    result = secure_sum(grid, context, sorted(nodes), width, settings.round_timeout)
+    summed = {nodes[node] for node in result["nodes"]}
+    for owner in sorted(names - summed):
+        how = "it dropped out of the secure round" if owner in nodes.values() else "not connected for the secure round"
+        missing[owner] = f"its scatter share is not in the secure sum ({how})"
+    accepted = [a for a in accepted if a.owner in summed]
+    cost = {k: result[k] for k in ("bytes_up", "bytes_down", "stage_seconds")} | {
+        "seconds": time.perf_counter() - start
+    }
+    return accepted, summed_module(plan, accepted, result["scatter"]), {"owners": sorted(summed)} | cost
 
 
 class MeteredFedAvg(FedAvg):
@@ -344,10 +391,10 @@ def fedavg_rounds(
     return ledger
 
 
-def server_main(grid: Grid, settings: Settings) -> None:
+def server_main(grid: Grid, settings: Settings, context: Context) -> None:
     run = Path(settings.run_dir)
     nodes = wait_for_owners(grid, settings.owners, settings.timeout)
-    red = red_round(grid, nodes, settings)
+    red = red_round(grid, nodes, settings, context)
     results = run / "federation" / "server.json"
     write_json(results, {"red": red, "fedavg": []})  # before FedAvg: whatever happens to it, RED's round is kept
     if settings.rounds:
@@ -367,7 +414,7 @@ def server_app(settings: Settings | None = None) -> ServerApp:
 
     @app.main()
     def main(grid: Grid, context: Context) -> None:
-        server_main(grid, settings or Settings.from_context(context))
+        server_main(grid, settings or Settings.from_context(context), context)
 
     return app
 

@@ -7,6 +7,8 @@
               (experts/tuned/<d>: its own top layers, in a plan of tuned owners: plan.py)
             statistics/<d>                          counts, means, scatter of φ(h): its share of the router
             density/<d>                             its class Gaussians of its adapted features (the OOS score)
+        (a plan with secure_aggregation: statistics/<d> without its scatter; Σ of them kept in WORK for the secure
+         round: scatter_share.py)
     ─► {"files": {"modules/<part>/<name>": {size, sha256}}, "domains", "label_rows", "fingerprint", "dim", ...}
 
 What leaves the owner is `package(...)` (upload.py): those module files (weights and their JSON configs) and the
@@ -21,6 +23,7 @@ from pathlib import Path
 from redkit.atomic import write_json
 from redkit.bundle.manifest import file_entry
 from redkit.federated.plan import FederationPlan, write_host
+from redkit.federated.scatter_share import withhold_scatters
 from redkit.federated.upload import MANIFEST
 from redkit.fitting.config import FitConfig
 from redkit.fitting.data import label_domains as fitted_label_domains
@@ -64,6 +67,8 @@ def train_contribution(plan: FederationPlan, data_dir: Path, work: Path, print_f
     write_host(run, plan)
     for domain in run.space.domains:
         print_fn(stage_line(f"owner {domain}", train_domain(run, domain)))
+    if plan.secure_aggregation:
+        withhold_scatters(run)
     parts = [(*part, d) for d in run.space.domains for part in plan.parts()]
     files = {
         str(Path("modules", *p, name)): file_entry(run.module_dir(*p) / name)

@@ -15,6 +15,8 @@ density, trained alone on its own data. With `owner_experts` "tuned" (`redkit fe
 own copy of the backbone's top TUNED_LAYERS layers instead of the residual expert, and the router's settings of
 `redkit fit --recipe replay-free --owner-experts tuned` (r = [h, lower], M = 4,096, routed by the ridge): the plan
 splits the backbone there, so its fingerprint is another, and its host's top is those layers, pretrained.
+With `secure_aggregation` (`--secure-aggregation`) every owner's statistics carry counts and means only, and their
+scatters reach the server as one sum (secure_sum.py).
 """
 
 import json
@@ -37,6 +39,7 @@ class FederationPlan:
     router_options: dict = field(default_factory=lambda: {"width": WIDTH, "seed": 0})
     owner_experts: str = replay_free.RESIDUAL  # or TUNED: each owner tunes its own top layers (module docstring)
     max_epochs: int | None = None  # caps every owner's epochs (quick runs; None: the recipe's)
+    secure_aggregation: bool = False  # the owners' scatters summed by SecAgg+, never sent alone (secure_sum.py)
 
     @classmethod
     def of(cls, **settings) -> "FederationPlan":

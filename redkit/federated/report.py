@@ -37,7 +37,8 @@ def figure(out: Path, results: dict, oneshot: dict | None = None, name: str = FI
         style = {"marker": "sDv^<>ph"[i % 8], "ms": 8, "ls": "", "c": colours[i % len(colours)]}
         by_bytes.plot([exchanged], [m["test_accuracy"]], **style, label=f"{method}, one round")
         by_round.plot([1], [m["test_accuracy"]], **style)
-    red_bytes = (red["bytes_up"] + red["bytes_down"]) / 1e6
+    secure = red.get("secure_sum", {})  # SecAgg+'s messages, with --secure-aggregation: RED's bytes too
+    red_bytes = (red["bytes_up"] + red["bytes_down"] + secure.get("bytes_up", 0) + secure.get("bytes_down", 0)) / 1e6
     by_bytes.plot([red_bytes], [red["accuracy"]], "r*", ms=14, label="RED, one round")
     by_round.plot([1], [red["accuracy"]], "r*", ms=14)
     if "joint_central" in results:
@@ -73,6 +74,11 @@ def render(results: dict, picture: str | None) -> str:
         "|---|---|---|---|---|---|",
         f"| **RED** (one round) | 1 | {red['accuracy']:.4f} | {_mb(red['bytes_up'])} | {_mb(red['bytes_down'])} | {red['seconds']:.0f} |",
     ]
+    if secure := red.get("secure_sum"):
+        lines.append(
+            f"| and its scatters summed by SecAgg+ (in that round) | - | - | {_mb(secure['bytes_up'])} | "
+            f"{_mb(secure['bytes_down'])} | {secure['seconds']:.0f} |"
+        )
     up = down = 0
     for r in results["fedavg"]:
         up, down = up + r["bytes_up"], down + r["bytes_down"]

@@ -13,6 +13,7 @@ reads what they hold:
     statistics   modules/statistics/<d> (redkit/routers/gaussian.py DomainStatistics, as train_domain saves it):
                  of the plan's φ (width, seed); a row "<d>/<label>" per label; counts whole, 1 to MAX_COUNT;
                  means within MAX_MEAN; scatter symmetric, positive semi-definite, small enough to sum exactly
+                 (withheld where the plan sums them securely, and only there: the sum is checked as one, below)
     density      modules/density/<d> (redkit/oos/owner_density.py): a class per label, in order; a positive sd
 
 Each refusal is one line naming the owner, the domain and the field. Why these: the router is the owners'
@@ -63,7 +64,7 @@ def validate(loaded: dict[str, tuple], rows: dict[str, tuple[str, ...]], plan, w
         modules = {part[-1]: of_kind(loaded, part, domain, at) for part in plan.parts()}
         if tuple(modules["label_rows"].config.labels) != labels:
             raise RedkitError(f"{at}: label_rows field 'labels' must be its {MANIFEST} label_rows, in order")
-        check_statistics(modules[STATISTICS], tuple(f"{domain}/{label}" for label in labels), plan.router_options, at)
+        check_statistics(modules[STATISTICS], tuple(f"{domain}/{label}" for label in labels), plan, at)
         check_density(modules[DENSITY], labels, at)
 
 
@@ -116,10 +117,10 @@ def manifest_label_rows(manifest: dict, where: str) -> dict[str, tuple[str, ...]
     return rows
 
 
-def check_statistics(module, labels: tuple[str, ...], router_options: dict, at: str) -> None:
+def check_statistics(module, labels: tuple[str, ...], plan, at: str) -> None:
     """A DomainStatistics module (its tensors' shapes are its config's: load_module loaded them into it)."""
     config, field = module.config, f"{at}: statistics field"
-    width, seed = router_options.get("width", WIDTH), router_options.get("seed", 0)
+    width, seed = plan.router_options.get("width", WIDTH), plan.router_options.get("seed", 0)
     if (config.width, config.seed) != (width, seed):
         raise RedkitError(f"{field} 'config': φ of width {config.width} seed {config.seed}, the plan's {width} {seed}")
     if tuple(config.labels) != labels:
@@ -129,7 +130,11 @@ def check_statistics(module, labels: tuple[str, ...], router_options: dict, at: 
         raise RedkitError(f"{field} 'counts' must be whole numbers of examples from 1 to {MAX_COUNT:,}")
     if bool((means.abs() > MAX_MEAN).any()):
         raise RedkitError(f"{field} 'means' has entries beyond ±{MAX_MEAN:g}")
-    check_scatter(scatter, field)
+    if config.withheld != plan.secure_aggregation:
+        sent, summed = ("withheld", "in the clear") if config.withheld else ("sent in the clear", "securely")
+        raise RedkitError(f"{field} 'withheld': its scatter is {sent}, and this federation sums the scatters {summed}")
+    if not config.withheld:
+        check_scatter(scatter, field)
 
 
 def check_density(module, labels: tuple[str, ...], at: str) -> None:
@@ -140,14 +145,15 @@ def check_density(module, labels: tuple[str, ...], at: str) -> None:
         raise RedkitError(f"{at}: density field 'calibration' must end with a positive standard deviation")
 
 
-def check_scatter(scatter: torch.Tensor, field: str) -> None:
-    """Σ (φ - μ)(φ - μ)ᵀ: symmetric, positive semi-definite, and within the range owners' scatters sum exactly."""
+def check_scatter(scatter: torch.Tensor, field: str, owners: int = 1) -> None:
+    """Σ (φ - μ)(φ - μ)ᵀ: symmetric, positive semi-definite, and within the range owners' scatters sum exactly;
+    `owners`: how many owners' scatters it sums (each may be a grid step off symmetric)."""
     try:
         on_grid(scatter)  # refuses entries too large to sum exactly over 64 owners
     except RedkitError as err:
         raise RedkitError(f"{field} 'scatter': {err}") from None
     # train_domain's is symmetric bit for bit here (XᵀX); one grid step allowed for another BLAS's summing order
-    if float((scatter - scatter.T).abs().max()) > GRID:
+    if float((scatter - scatter.T).abs().max()) > owners * GRID:
         raise RedkitError(f"{field} 'scatter' is not symmetric")
     # Positive semi-definite up to rounding: Cholesky of S + εI, ε above the grid's rounding of M entries (a
     # sum of squares over fewer examples than φ is wide is singular, and rounding leaves it a hair below zero).

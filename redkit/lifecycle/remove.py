@@ -12,6 +12,9 @@ were trained on the removed domain's data and stay. Stage base (the tuned backbo
 classifier C) and the global head saw it if the domain was in the run when it was fitted; a domain
 added later (add-domain) was never seen by them. Everything else that stays was trained alone on
 another domain, or is retrained here.
+
+A run assembled from owners' contributions (`redkit federate`) holds no example: removing a domain assembles it
+again from the other owners' modules (remove_from_federation), as `redkit serve`'s DELETE /v1/domains does.
 """
 
 import time
@@ -39,6 +42,8 @@ def remove_domain(parent_dir: Path, domain: str, out: Path | None = None, print_
         raise RedkitError(f"{parent_dir}: no domain {domain!r} (its domains: {', '.join(domains)})")
     if len(domains) == 1:
         raise RedkitError(f"{parent_dir}: {domain!r} is the run's only domain; a run without domains predicts nothing")
+    if parent.assembled:  # an owner opts out of a federation's run: assembled again without it, as `redkit serve` does
+        return remove_from_federation(parent, domain, out, print_fn)
     kept = tuple(d for d in domains if d != domain)
     parts = shared_parts(parent) + [p for d in kept for p in domain_parts(parent, d)]
     check_parts(parent, parts)  # before anything is written
@@ -105,3 +110,17 @@ def remove_domain(parent_dir: Path, domain: str, out: Path | None = None, print_
         f"to the parent's (sha256 of their weights): {results['lifecycle']['frozen_modules_unchanged']}"
     )
     return results
+
+
+def remove_from_federation(parent, domain: str, out: Path | None, print_fn=print) -> dict:
+    """A run assembled from owners' contributions (redkit federate) holds no example to derive a run from: it is
+    assembled again from the other owners' modules (redkit/federated/assemble.py, as `redkit serve`'s DELETE
+    /v1/domains does); refused in one line where the owners' scatters were summed securely."""
+    from redkit.federated.assemble import assemble, contributions_of, refuse_secure, without
+
+    plan, accepted = contributions_of(parent.dir)
+    refuse_secure(plan, f"{parent.dir}: domain {domain!r} cannot be removed")
+    out = Path(out) if out else parent.dir.with_name(f"{parent.dir.name}-{domain}")
+    run = assemble(plan, without(accepted, domain), out, print_fn)
+    print_fn(f"removed domain {domain} from {parent.dir} as {run.dir}: assembled again from the other owners' modules")
+    return {"run": str(run.dir), "domains": list(run.space.domains)}

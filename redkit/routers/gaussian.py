@@ -23,6 +23,13 @@ query to the owner of the ridge's best class, as the study's `red_tuned`.
 
 Sizes: a statistics module holds a (M, M) float64 scatter (M = 2,048: 33.6 MB), kept in the run for the
 next change and never exported (the router holds the merged discriminant and the ridge: 2 × C × M floats).
+
+Securely summed scatters (`redkit federate --secure-aggregation`, redkit/federated/secure_sum.py): an owner's
+statistics module then says its scatter is withheld (`withheld`: its counts and means only), and the server holds
+the sum of the withheld scatters alone, one module (modules/statistics_sum, SummedScatter) naming the domains it
+sums. The merge adds it to the scatters in the clear (a domain added later sends its own): the same exact sum, so
+the same router. A sum cannot lose or gain a withheld domain without its owners: a run whose withheld domains are
+not the sum's is refused in one line.
 """
 
 from dataclasses import dataclass
@@ -40,6 +47,7 @@ from redkit.modules.store import ModuleMeta, load_module, module_exists, save_mo
 from redkit.routers.base import RouterBase, RouterOutput, register_router
 
 STATISTICS = "statistics"  # modules/statistics/<domain>: one owner's share of the routing
+STATISTICS_SUM = "statistics_sum"  # modules/statistics_sum: the withheld scatters' sum (SummedScatter)
 
 
 @dataclass
@@ -48,6 +56,7 @@ class DomainStatisticsConfig:
     width: int  # M, φ's width (0: φ(h) = h)
     seed: int  # φ's seed
     labels: tuple[str, ...] = ()  # the domain's classes ("domain/class index"), in row order
+    withheld: bool = False  # its scatter not here: summed securely with other owners' (SummedScatter)
 
     def __post_init__(self):
         self.labels = tuple(self.labels)
@@ -66,10 +75,20 @@ class DomainStatistics(torch.nn.Module):
         n = len(config.labels)
         self.register_buffer("counts", torch.zeros(n, dtype=torch.float64))  # (C_k,)
         self.register_buffer("means", torch.zeros(n, out, dtype=torch.float64))  # (C_k, M)
-        self.register_buffer("scatter", torch.zeros(out, out, dtype=torch.float64))  # (M, M)
+        side = 0 if config.withheld else out
+        self.register_buffer("scatter", torch.zeros(side, side, dtype=torch.float64))  # (M, M), (0, 0) withheld
 
     def statistics(self) -> ClassStatistics:
-        return ClassStatistics(self.config.labels, self.counts, self.means, self.scatter)
+        """Its ClassStatistics; a withheld scatter counts as zero (the sum brings it: GaussianRouter.from_run)."""
+        scatter = self.scatter if not self.config.withheld else torch.zeros(self.means.shape[1], self.means.shape[1])
+        return ClassStatistics(self.config.labels, self.counts, self.means, scatter.double())
+
+    def withholding(self) -> "DomainStatistics":
+        """The same counts and means, the scatter withheld (what an owner sends when its scatter is summed)."""
+        module = DomainStatistics(DomainStatisticsConfig(**(vars(self.config) | {"withheld": True})))
+        module.counts.copy_(self.counts)
+        module.means.copy_(self.means)
+        return module
 
     @classmethod
     def of(cls, stats: ClassStatistics, projection: RandomProjection, dim: int) -> "DomainStatistics":
@@ -78,6 +97,30 @@ class DomainStatistics(torch.nn.Module):
         for name, tensor in stats.tensors().items():
             getattr(module, name).copy_(tensor)
         return module
+
+
+@dataclass
+class SummedScatterConfig:
+    dim: int  # d, as DomainStatisticsConfig's
+    width: int  # M
+    seed: int  # φ's seed
+    domains: tuple[str, ...] = ()  # whose withheld scatters it sums, by name
+
+    def __post_init__(self):
+        self.domains = tuple(self.domains)
+
+
+@MODULES.register(STATISTICS_SUM)
+class SummedScatter(torch.nn.Module):
+    """Σ of the withheld scatters of `domains` (M, M) float64: what a secure aggregation gives the server."""
+
+    Config = SummedScatterConfig
+
+    def __init__(self, config: SummedScatterConfig):
+        super().__init__()
+        self.config = config
+        out = config.width or config.dim
+        self.register_buffer("scatter", torch.zeros(out, out, dtype=torch.float64))  # (M, M)
 
 
 POOLED, POOLED_LOWER = "pooled", "pooled+lower"  # what φ reads: h (d), or r = [h, lower] (2d: tuned owners)
@@ -211,9 +254,9 @@ class GaussianRouter(RouterBase):
         input: str = POOLED,
         routes_by: str = "gaussian",
     ) -> "GaussianRouter":
-        """Merged from every domain's statistics module (each computed first where missing); `role`
-        (router or gate) does not matter: the domain posterior is the same."""
-        shares = {}
+        """Merged from every domain's statistics module (each computed first where missing) and the withheld
+        scatters' sum; `role` (router or gate) does not matter: the domain posterior is the same."""
+        shares, withheld = {}, []
         for domain in run.space.domains:
             cls.owner_part(run, domain)
             module, _ = load_module(run.module_dir(STATISTICS, domain), run.fingerprint, routing_dim(run))
@@ -223,7 +266,10 @@ class GaussianRouter(RouterBase):
                     f"{module.config.seed}, but the router's are width {width} seed {seed}"
                 )
             shares[domain] = module.statistics()
+            withheld += [domain] if module.config.withheld else []
         stats = merge(shares)  # domains in the order of their names, classes within each in row order
+        if withheld:  # exact: every scatter is on one grid (redkit/incremental/statistics.py)
+            stats.scatter = stats.scatter + summed_scatter(run, withheld, width, seed)
         order = {domain: k for k, domain in enumerate(run.space.domains)}
         class_domains = torch.tensor([order[label.split("/", 1)[0]] for label in stats.labels])
         weight, bias = discriminant(stats, shrinkage)
@@ -246,3 +292,21 @@ class GaussianRouter(RouterBase):
         router.bias.copy_(bias.float())
         router.class_domains.copy_(class_domains)
         return router.eval()
+
+
+def summed_scatter(run, withheld: list[str], width: int, seed: int) -> torch.Tensor:
+    """The (M, M) sum of the withheld scatters of `withheld` (modules/statistics_sum); one line if the run has none,
+    or the sum's domains are not those."""
+    path = run.module_dir(STATISTICS_SUM)
+    if not module_exists(path):
+        raise RedkitError(f"{path}: missing, and the scatters of domains {withheld} were withheld (summed securely)")
+    module, _ = load_module(path, run.fingerprint, routing_dim(run))
+    if sorted(module.config.domains) != sorted(withheld):
+        raise RedkitError(
+            f"{path}: sums the scatters of domains {sorted(module.config.domains)}, the run's withheld ones are "
+            f"{sorted(withheld)}: a securely summed scatter cannot gain or lose a domain without its owners' new "
+            "secure round (redkit federate --secure-aggregation)"
+        )
+    if (module.config.width, module.config.seed) != (width, seed):
+        raise RedkitError(f"{path}: of φ width {module.config.width} seed {module.config.seed}, not {width} {seed}")
+    return module.scatter

@@ -66,9 +66,10 @@ def with_contribution(
 ) -> BundlePredictor:
     """A new predictor with owner `owner`'s uploaded contribution (checked first: refused, nothing is written
     but an empty WORK/received)."""
-    from redkit.federated.assemble import assemble, check, contributions_of
+    from redkit.federated.assemble import assemble, check, contributions_of, refuse_secure
 
     plan, accepted = contributions_of(_needs_run(current))
+    refuse_secure(plan, f"owner {owner!r} cannot join by upload")
     received = Path(work) / "received"
     received.mkdir(parents=True, exist_ok=True)
     staged = check(files, plan, owner, received, limit, others=accepted)
@@ -86,9 +87,10 @@ def without_domain(current: BundlePredictor, name: str, work: Path, print_fn=pri
     if name not in current.domains:
         raise KeyError(name)
     if FitRun(_needs_run(current)).assembled:  # its owner opts out: assembled again without it
-        from redkit.federated.assemble import assemble, contributions_of, without
+        from redkit.federated.assemble import assemble, contributions_of, refuse_secure, without
 
         plan, accepted = contributions_of(current.source_run)
+        refuse_secure(plan, f"domain {name!r} cannot be removed")
         return _next(current, work, lambda parent, out: assemble(plan, without(accepted, name), out, print_fn))
     from redkit.lifecycle.remove import remove_domain
 
