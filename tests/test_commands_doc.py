@@ -254,6 +254,10 @@ ELSEWHERE = {
         '"federate", "--owner-experts", "tuned"',
     ),
     "redkit federate --secure-aggregation --out RUN": ("test_federated.py", '[*args, "--secure-aggregation"]'),
+    "redkit federate --baseline-only --strategy fedadam --local-lr 1e-3 --local-epochs 1 --server-lr 1e-3 --patience 3 --rounds 50 --out RUN": (
+        "test_federated.py",
+        '[*args, "--baseline-only", "--no-one-machine"]',
+    ),
     "redkit study incremental --out DIR [--data DIR] [--protocol domains|classes] [--order N] [--method red ...]": (
         "test_incremental.py",
         '"study", "incremental"',

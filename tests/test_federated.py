@@ -10,6 +10,7 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 pytest.importorskip("flwr")
@@ -407,3 +408,68 @@ def test_the_deployment_runtime_goes_on_without_killed_owners_and_one_joins_late
     _accept_everyone(owners, tmp_path / "one" / "accepted")
     assemble(plan, accepted_in(tmp_path / "one" / "accepted"), tmp_path / "one" / "model", quiet)
     assert module_digests(run / "model") == module_digests(tmp_path / "one" / "model")
+
+
+def test_the_iterative_baseline_alone_is_scored_on_the_owners_val_and_resumes_where_it_stopped(
+    owners, tmp_path, capsys
+):
+    """--baseline-only: no RED round; each of FedAdam's rounds scored on the owners' val by Flower's federated
+    evaluation (no val example sent); a run given one more round resumes from its checkpoint (FedAdam's moments
+    too) and ends with the uninterrupted run's weights, bit for bit."""
+    from safetensors.numpy import load_file
+
+    from redkit.cli import main
+    from redkit.federated.federate import FederateConfig, federate
+    from redkit.federated.strategies import IterativeConfig
+
+    def run(out: Path, rounds: int) -> dict:
+        iterative = IterativeConfig("fedadam", lr=1e-3, server_lr=1e-3)
+        config = FederateConfig(str(owners["data"]), str(out), rounds=rounds, iterative=iterative, red=False)
+        return federate(replace(config, joint_epochs=0, one_machine=False), print_fn=lambda *_: None)
+
+    first = run(tmp_path / "a", 1)
+    assert first["red"] == {} and not (tmp_path / "a" / "model").exists() and not (tmp_path / "a" / "accepted").exists()
+    resumed = run(tmp_path / "a", 2)
+    flags = ["--strategy", "fedadam", "--local-lr", "1e-3", "--server-lr", "1e-3", "--joint-epochs", "0"]
+    args = ["federate", "--data", str(owners["data"]), "--out", str(tmp_path / "b"), "--rounds", "2", *flags]
+    assert main([*args, "--baseline-only", "--no-one-machine"]) == 0
+    straight = json.loads((tmp_path / "b" / "results.json").read_text())
+    best = straight["iterative"]["best"]["round"]
+    assert f"fedadam lr 0.001 E 1 eta 0.001: 2 rounds; round {best} by the owners' val" in capsys.readouterr().out
+    names = sorted(d.name for d in owners["dirs"])
+    for r in straight["fedavg"]:
+        assert r["owners"] == names and not r["missing"] and 0 <= r["val_accuracy"] <= 1 and 0 <= r["accuracy"] <= 1
+        assert r["val_examples"] == sum(len((d / "val.jsonl").read_text().splitlines()) for d in owners["dirs"])
+        assert abs(r["eval_bytes_down"] - r["bytes_down"]) < 1000 and 0 < r["eval_bytes_up"] < r["bytes_up"] / 100
+        assert r["bytes_down"] < 1.01 * r["bytes_up"]  # FedAdam's float64 step sent on as float32
+    figures = ("round", "val_accuracy", "accuracy", "bytes_up", "bytes_down")
+    assert [{k: r[k] for k in figures} for r in resumed["fedavg"]] == [
+        {k: r[k] for k in figures} for r in straight["fedavg"]
+    ]
+    assert resumed["fedavg"][0] == first["fedavg"][0]
+    a, b = (load_file(str(tmp_path / x / "federation" / "iterative.safetensors")) for x in "ab")
+    assert a.keys() == b.keys() and any(k.startswith("v_t.") for k in a)
+    assert all(np.array_equal(a[k], b[k]) for k in a)
+    assert straight["iterative"]["best"]["round"] in (1, 2) and straight["iterative"]["stopped"] == "2 rounds"
+
+
+def test_fedprox_keeps_an_owner_near_the_weights_it_was_sent(owners, tmp_path):
+    """The proximal term mu/2 ||w - w_t||²: the same local round drifts less from w_t with it."""
+    import torch
+
+    from redkit.federated.fedavg import FedAvgConfig, FineTune
+    from redkit.fitting.data import load_fit_data
+    from redkit.fitting.records import Fields
+
+    train = load_fit_data(owners["dirs"][0], Fields(), 0, 0.1).splits["train"]
+    model = FineTune(FedAvgConfig(), tuple(owners["labels"]))
+    start = {k: v.clone() for k, v in model.state().items()}
+
+    def drift(mu: float) -> float:
+        model.load(start)
+        texts, labels = [r.question for r in train], [r.answer for r in train]
+        model.train_round(texts, labels, tmp_path, seed=1, epochs=3, lr=1e-3, proximal_mu=mu)
+        return float(sum(((v - start[k]) ** 2).sum() for k, v in model.state().items()))
+
+    free, held = drift(0.0), drift(100.0)
+    assert torch.isfinite(torch.tensor([free, held])).all() and held < free / 2, (free, held)

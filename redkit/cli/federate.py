@@ -1,5 +1,5 @@
 """`redkit federate --data DIR --out RUN [--runtime simulation|deployment] [--rounds R]`: data owners, one
-domain each, assemble a RED model over Flower, beside Flower's FedAvg (redkit/federated)."""
+domain each, assemble a RED model over Flower, beside Flower's FedAvg, FedProx or FedAdam (redkit/federated)."""
 
 import argparse
 from pathlib import Path
@@ -14,7 +14,22 @@ def _options(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--out", required=True, type=Path, help="the federation's directory (RUN/model is the run)")
     p.add_argument("--runtime", default="simulation", choices=("simulation", "deployment"))
-    p.add_argument("--rounds", type=int, default=10, help="FedAvg's rounds (0: RED alone)")
+    p.add_argument("--rounds", type=int, default=10, help="the iterative baseline's rounds, at most (0: RED alone)")
+    baseline = p.add_argument_group("the iterative baseline (Flower's strategies; redkit/federated/strategies.py)")
+    baseline.add_argument("--strategy", default="fedavg", choices=("fedavg", "fedprox", "fedadam"))
+    baseline.add_argument("--local-lr", type=float, default=2e-4, help="each owner's AdamW rate (default 2e-4)")
+    baseline.add_argument("--local-epochs", type=int, default=1, help="each owner's epochs a round (default 1)")
+    baseline.add_argument("--proximal-mu", type=float, default=0.01, help="FedProx's mu (default 0.01)")
+    baseline.add_argument("--server-lr", type=float, default=1e-2, help="FedAdam's server rate eta (default 1e-2)")
+    baseline.add_argument(
+        "--patience",
+        type=int,
+        default=0,
+        help="stop after this many rounds without a better accuracy on the owners' val (default 0: every round)",
+    )
+    baseline.add_argument(
+        "--baseline-only", action="store_true", help="no RED round: the iterative baseline alone (a grid of settings)"
+    )
     p.add_argument(
         "--round-timeout",
         type=float,
@@ -71,6 +86,7 @@ def run(args) -> None:
 
     from redkit.errors import RedkitError
     from redkit.federated.federate import FederateConfig, federate
+    from redkit.federated.strategies import IterativeConfig
 
     token = os.environ.get(args.admin_token_env, "") if args.push else ""
     if args.push and not token:
@@ -84,6 +100,15 @@ def run(args) -> None:
         out=str(args.out),
         runtime=args.runtime,
         rounds=args.rounds,
+        iterative=IterativeConfig(
+            strategy=args.strategy,
+            lr=args.local_lr,
+            local_epochs=args.local_epochs,
+            proximal_mu=args.proximal_mu,
+            server_lr=args.server_lr,
+            patience=args.patience,
+        ),
+        red=not args.baseline_only,
         seed=args.seed,
         round_timeout=args.round_timeout,
         joint_epochs=args.joint_epochs,
@@ -98,13 +123,19 @@ def run(args) -> None:
         admin_token=token,
     )
     results = federate(config)
-    red = results["red"]
-    print(f"RED, one round: accuracy {red['accuracy']:.4f}, {red['bytes_up']:,} bytes up, {red['bytes_down']:,} down")
+    if red := results["red"]:
+        print(
+            f"RED, one round: accuracy {red['accuracy']:.4f}, {red['bytes_up']:,} bytes up, {red['bytes_down']:,} down"
+        )
     if secure := red.get("secure_sum"):
         print(f"  its scatters summed by SecAgg+: {secure['bytes_up']:,} bytes up, {secure['bytes_down']:,} down")
+    label = results.get("iterative", {}).get("label", args.strategy)
     for r in results["fedavg"]:
         left_out = f", left out: {', '.join(r['missing'])}" if r.get("missing") else ""
-        print(f"FedAvg round {r['round']}: accuracy {r.get('accuracy', float('nan')):.4f}{left_out}")
+        val = f" (val {r['val_accuracy']:.4f})" if "val_accuracy" in r else ""
+        print(f"{label}, round {r['round']}: accuracy {r.get('accuracy', float('nan')):.4f}{val}{left_out}")
+    if best := results.get("iterative", {}).get("best"):
+        print(f"{label}: {results['iterative']['stopped']}; round {best['round']} by the owners' val")
     if "fedavg_failed" in results:
-        print(f"FedAvg stopped: {results['fedavg_failed']}")
+        print(f"{label} stopped: {results['fedavg_failed']}")
     print(f"wrote {args.out}/results.json and report.md")

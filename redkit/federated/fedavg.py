@@ -1,18 +1,21 @@
 """The reference a team whose data cannot leave its owners runs today: federated averaging (FedAvg, McMahan
-et al. 2017) of the `joint` fine-tune, Flower's strategy on the server (flower_app.py), this on each owner.
+et al. 2017) of the `joint` fine-tune, and its two best-known variants, Flower's strategies on the server
+(flower_app.py, strategies.py), this on each owner.
 
     model      the pretrained backbone's top N layers + one classifier over every owner's labels (the label
                names are agreed up front, as FedAvg needs one output layer; no example is)
-    a round    the server's weights ─► each owner: one local epoch of the joint recipe on its own examples
-               (AdamW, lr 2e-4, weight decay 0.01, batches of 32, label smoothing 0.1; a constant rate: a
-               schedule restarted every round would warm up from 0 each time) ─► the weights back, averaged
-               by example count (Flower's FedAvg)
+    a round    the server's weights w_t ─► each owner: E local epochs of the joint recipe on its own examples
+               (AdamW at the round's lr, 2e-4 by default, weight decay 0.01, batches of 32, label smoothing 0.1;
+               a constant rate: a schedule restarted every round would warm up from 0 each time; FedProx, Li et
+               al. 2020, adds mu/2 ||w - w_t||² to the loss) ─► the weights back, combined by the server's
+               strategy (FedAvg and FedProx: averaged by example count; FedAdam: the average's step taken by
+               Adam on the server)
     what moves every round, each way and per owner: the N layers and the classifier (count_bytes of Flower's
                ArrayRecord). The frozen layers' states of an owner's texts are computed once, on its machine.
 """
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import torch
@@ -66,10 +69,21 @@ class FineTune:
     def states(self, cache: Path, texts: list[str], name: str) -> PrefixStates:
         return PrefixStates.build(cache, self.backbone, texts, name)
 
-    def train_epoch(self, texts: list[str], labels: list[str], cache: Path, seed: int) -> int:
-        """One local epoch on (texts, labels); returns the number of examples (FedAvg's weight)."""
-        # One epoch, no early stopping (nothing to select among): the validation figure is not computed.
-        self.train(texts, labels, cache, seed, validate=lambda: 0.0, desc="fedavg local epoch")
+    def train_round(
+        self,
+        texts: list[str],
+        labels: list[str],
+        cache: Path,
+        seed: int,
+        epochs: int = 1,
+        lr: float | None = None,
+        proximal_mu: float = 0.0,
+    ) -> int:
+        """A round's local training on (texts, labels), from the weights `load` gave it: `epochs` epochs at `lr`
+        (None: the config's), every one kept (nothing to select among: the last is what goes back), with
+        FedProx's proximal term when `proximal_mu` > 0; returns the number of examples (FedAvg's weight)."""
+        training = replace(self.config.training, max_epochs=epochs, select_by="last", lr=lr or self.config.training.lr)
+        self.train(texts, labels, cache, seed, lambda: 0.0, "local round", training, proximal_mu)
         return len(labels)
 
     def train(
@@ -80,24 +94,33 @@ class FineTune:
         seed: int,
         validate: Callable[[], float | dict],
         desc: str = "fine-tune",
+        training: TrainConfig | None = None,
+        proximal_mu: float = 0.0,
     ) -> FitResult:
-        """`self.config.training` on (texts, labels): its epochs, the one `validate` prefers kept (the loop's
-        `select_by`); the model holds it on return."""
+        """`training` (None: the config's) on (texts, labels): its epochs, the one `validate` prefers kept (the
+        loop's `select_by`); the model holds it on return. `proximal_mu` > 0: FedProx's mu/2 ||w - w0||², w0 the
+        weights it starts from (the paper's squared norm, over every trained tensor)."""
+        training = training or self.config.training
         prefix = self.states(cache, texts, "train")
         y = torch.tensor([self.index[label] for label in labels])
         trainable = nn.ModuleDict({"top": self.backbone.top_layers, "classifier": self.classifier})
-        smoothing = self.config.training.label_smoothing
+        smoothing = training.label_smoothing
+        start = [p.detach().clone() for p in trainable.parameters()] if proximal_mu else []
 
         def batch_loss(idx: torch.Tensor) -> torch.Tensor:
             logits = self.classifier(self.backbone(*prefix.batch(idx, torch.device("cpu"))))
-            return F.cross_entropy(logits, y[idx], label_smoothing=smoothing)
+            loss = F.cross_entropy(logits, y[idx], label_smoothing=smoothing)
+            if proximal_mu:
+                drift = sum(((p - p0) ** 2).sum() for p, p0 in zip(trainable.parameters(), start, strict=True))
+                loss = loss + proximal_mu / 2 * drift
+            return loss
 
         result = fit(
             trainable,
             batch_loss,
             len(y),
             validate,
-            self.config.training,
+            training,
             seed=seed,
             desc=desc,
             lengths=prefix.lengths(),

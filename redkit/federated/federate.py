@@ -29,6 +29,7 @@ from redkit.federated.flower_app import Settings, apps
 from redkit.federated.namespaces import OwnersNetwork
 from redkit.federated.owner import train_contribution
 from redkit.federated.plan import FederationPlan
+from redkit.federated.strategies import IterativeConfig, best_round
 from redkit.federated.upload import package
 from redkit.fitting.data import load_fit_data, load_run_data
 from redkit.fitting.records import Fields, LabelReader, read_records
@@ -47,7 +48,9 @@ class FederateConfig:
     data_dir: str
     out: str
     runtime: str = "simulation"
-    rounds: int = 10  # FedAvg's (at least 10 for the comparison; 0: RED only)
+    rounds: int = 10  # the iterative baseline's, at most (at least 10 for the comparison; 0: RED only)
+    iterative: IterativeConfig = field(default_factory=IterativeConfig)  # FedAvg, FedProx or FedAdam (strategies.py)
+    red: bool = True  # RED's round (off: the iterative baseline alone, as a grid of its settings runs it)
     seed: int = 0
     # seconds a round waits for its owners' replies, the late left out of it; None: ROUND_TIMEOUT an owner in the
     # simulation runtime (it trains them one at a time), ROUND_TIMEOUT in the deployment one (each on its own node)
@@ -67,6 +70,8 @@ class FederateConfig:
     def __post_init__(self):
         if self.runtime not in RUNTIMES:
             raise RedkitError(f"--runtime {self.runtime!r} is not one of {', '.join(RUNTIMES)}")
+        if not self.red and (self.push or not self.rounds):
+            raise RedkitError("--baseline-only runs the iterative baseline alone: give it --rounds, and no --push")
 
 
 def split_owners(data_dir: Path, out: Path, seed: int) -> tuple[list[Path], Path, tuple[str, ...]]:
@@ -184,6 +189,8 @@ def federate(config: FederateConfig, print_fn=print) -> dict:
         run_dir=str(out.resolve()),
         owners=len(owners),
         rounds=config.rounds,
+        iterative=asdict(config.iterative),
+        red=config.red,
         labels=list(labels),
         test=str(test.resolve()),
         owner_work=str((out / "owners").resolve()),
@@ -202,12 +209,8 @@ def federate(config: FederateConfig, print_fn=print) -> dict:
         )
     server = read_json(out / "federation" / "server.json", "the federation server's results")
     red = server["red"]
-    per_domain = () if has_tuned_owners(plan) else ("red_per_domain",)  # tuned owners' runs have red and red_oracle
-    accuracy = in_scope_accuracy(out / "model", test, ("red", *per_domain))
-    red["accuracy"] = accuracy["red"]
-    if per_domain:
-        red["accuracy_per_domain_composition"] = accuracy["red_per_domain"]
-    red["owner_experts"] = plan.owner_experts
+    if config.red:
+        red |= red_figures(out, plan, test)
     if config.push:
         red["pushed"] = push_accepted(config.push, config.admin_token, out / "accepted", red["sent_now"], print_fn)
     results = {
@@ -218,7 +221,11 @@ def federate(config: FederateConfig, print_fn=print) -> dict:
         "fedavg": server["fedavg"],
         **({"fedavg_failed": server["fedavg_failed"]} if "fedavg_failed" in server else {}),
     }
-    if config.one_machine:  # the plain recipe: a secure sum must give what the plain one does
+    if config.rounds:  # the iterative baseline's settings, why it stopped and its round by val
+        best = best_round(server["fedavg"])
+        label = {"label": config.iterative.label(), "best": best}
+        results["iterative"] = asdict(config.iterative) | server.get("iterative", {}) | label
+    if config.one_machine and config.red:  # the plain recipe: a secure sum must give what the plain one does
         same = one_machine(replace(plan, secure_aggregation=False), owners, out / "one-machine", print_fn)
         same["accuracy"] = in_scope_accuracy(out / "one-machine" / "model", test)["red"]
         digests, local = module_digests(out / "model"), module_digests(out / "one-machine" / "model")
@@ -238,6 +245,16 @@ def federate(config: FederateConfig, print_fn=print) -> dict:
 
     write_report(out, results)
     return results
+
+
+def red_figures(out: Path, plan: FederationPlan, test: Path) -> dict:
+    """RED's test accuracy (and the per-domain composition's, where the owners are residual) and owner kind."""
+    per_domain = () if has_tuned_owners(plan) else ("red_per_domain",)  # tuned owners' runs have red and red_oracle
+    accuracy = in_scope_accuracy(out / "model", test, ("red", *per_domain))
+    figures = {"accuracy": accuracy["red"], "owner_experts": plan.owner_experts}
+    if per_domain:
+        figures["accuracy_per_domain_composition"] = accuracy["red_per_domain"]
+    return figures
 
 
 def push_accepted(url: str, token: str, accepted: Path, owners: list[str], print_fn=print) -> dict[str, int]:

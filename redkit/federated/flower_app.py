@@ -10,8 +10,10 @@ owner), over Flower's messages (RecordDict: ArrayRecord, ConfigRecord, MetricRec
     train         ─────── SecAgg+'s four stages ──────► (a plan with secure_aggregation, before assembling: the
                   ◄────── its masked scatter share ───  accepted owners' scatters summed, none seen alone:
                                                         secure_sum.py)
-    train         ─────── FedAvg weights ────────────► one local epoch (fedavg.py)
-                  ◄────── weights, example count ────  Flower's FedAvg averages them, R rounds
+    train         ─────── the baseline's weights ────► E local epochs (fedavg.py)
+                  ◄────── weights, example count ────  Flower's FedAvg, FedProx or FedAdam combines them
+    evaluate      ─────── the new weights ───────────► scored on the owner's val split
+                  ◄────── accuracy, example count ───  up to R rounds, or until val stops rising (strategies.py)
 
 Settings reach both sides two ways: the simulation runtime builds the apps around a `Settings` (closures,
 `apps(settings)`); the deployment runtime (`flwr run`) loads the module-level `server` and `client`, which read
@@ -37,7 +39,6 @@ import numpy as np
 from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, MetricRecord, RecordDict
 from flwr.clientapp import ClientApp
 from flwr.serverapp import Grid, ServerApp
-from flwr.serverapp.strategy import FedAvg
 
 from redkit.atomic import write_json
 from redkit.errors import RedkitError
@@ -57,7 +58,9 @@ class Settings:
     plan: str  # FederationPlan as JSON
     run_dir: str  # RUN, on the server
     owners: int  # how many owners the server waits for
-    rounds: int = 10  # FedAvg's; 0: RED only
+    rounds: int = 10  # the iterative baseline's, at most; 0: RED only
+    iterative: dict = field(default_factory=dict)  # the iterative baseline (strategies.IterativeConfig's fields)
+    red: bool = True  # RED's round (off: the iterative baseline alone, e.g. a grid of its settings)
     labels: list[str] = field(default_factory=list)  # FedAvg's output layer (agreed label names)
     test: str = ""  # the experimenter's test file, for FedAvg's accuracy after every round ("": none)
     owner_names: list[str] = field(default_factory=list)  # simulation: partition i's owner name
@@ -137,21 +140,47 @@ def client_app(settings: Settings | None = None) -> ClientApp:
 
     @app.train(mods=[secure_round])
     def local_epoch(message: Message, context: Context) -> Message:
+        """A round of the iterative baseline: E local epochs from the server's weights (fedavg.py), the round's
+        settings read from its config (FedProx's strategy adds its "proximal-mu")."""
+        config = message.content["config"]
+        round_ = int(config["server-round"])
+        model, train, name, work, seed = owner_model(message, context)
+        if resolved(context).drill.get(name) == round_:  # a fault drill: this owner fails mid-round (the tests')
+            raise RuntimeError(f"fault drill: owner {name} fails in FedAvg round {round_}")
+        n = model.train_round(
+            [r.question for r in train["train"]],
+            [r.answer for r in train["train"]],
+            work / "fedavg-cache",
+            seed * 10_000 + round_,  # seed 0: the round, as before the seeds
+            epochs=int(config.get("local-epochs", 1)),
+            lr=float(config["lr"]) if "lr" in config else None,
+            proximal_mu=float(config.get("proximal-mu", 0.0)),
+        )
+        content = {"arrays": ArrayRecord(model.state()), "metrics": MetricRecord({"num-examples": n})}
+        return Message(RecordDict(content | {"owner": ConfigRecord({"owner": name})}), reply_to=message)
+
+    @app.evaluate()
+    def score_val(message: Message, context: Context) -> Message:
+        """The server's weights scored on this owner's val split: its accuracy and example count (Flower's
+        weighted mean of them is the accuracy on every owner's val pooled), no example sent."""
+        model, splits, name, work, _ = owner_model(message, context)
+        val = splits["val"]
+        figures = model.validation([r.question for r in val], [r.answer for r in val], work / "fedavg-cache")
+        metrics = MetricRecord({"accuracy": figures["accuracy"], "loss": figures["loss"], "num-examples": len(val)})
+        return Message(RecordDict({"metrics": metrics, "owner": ConfigRecord({"owner": name})}), reply_to=message)
+
+    def owner_model(message: Message, context: Context):
+        """(the fine-tune holding the message's weights, this owner's splits, its name, work directory, seed)."""
         from redkit.federated.fedavg import FedAvgConfig, FineTune
         from redkit.federated.plan import FederationPlan
 
         s = resolved(context)
         name, data, work = owner_paths(context, s)
-        round_ = int(message.content["config"]["server-round"])
-        if s.drill.get(name) == round_:  # a fault drill: this owner fails mid-round (the tests' killed owner)
-            raise RuntimeError(f"fault drill: owner {name} fails in FedAvg round {round_}")
         plan = FederationPlan.from_json(s.plan)
-        train = load_fit_data(data, Fields(), plan.seed, plan.val_fraction).splits["train"]
+        splits = load_fit_data(data, Fields(), plan.seed, plan.val_fraction).splits
         model = FineTune(FedAvgConfig(seed=plan.seed), tuple(s.labels))
         model.load(message.content["arrays"].to_torch_state_dict())
-        n = model.train_epoch([r.question for r in train], [r.answer for r in train], work / "fedavg-cache", round_)
-        content = {"arrays": ArrayRecord(model.state()), "metrics": MetricRecord({"num-examples": n})}
-        return Message(RecordDict(content), reply_to=message)
+        return model, splits, name, work, plan.seed
 
     return app
 
@@ -311,102 +340,99 @@ def sum_scatters(
     return accepted, summed_module(plan, accepted, result["scatter"]), {"owners": sorted(summed)} | cost
 
 
-class MeteredFedAvg(FedAvg):
-    """Flower's FedAvg, counting the bytes of every message it sends and receives (ArrayRecord.count_bytes), and
-    naming each round's owners: those who replied and those who did not (an error, or no reply in time)."""
-
-    def __init__(self, ledger: list[dict], names: dict[int, str], round_timeout: float, **kwargs):
-        super().__init__(**kwargs)
-        self.ledger, self.names, self.round_timeout = ledger, names, round_timeout
-        self.start_time = time.perf_counter()
-        self.not_training = 0.0  # seconds spent on the experimenter's evaluations (not FedAvg's cost)
-        self.sent: list[Message] = []  # this round's messages (sending gives each its id)
-
-    def name(self, node: int) -> str:
-        return self.names.get(node, f"node {node}")
-
-    def configure_train(self, server_round, arrays, config, grid):
-        self.sent = list(super().configure_train(server_round, arrays, config, grid))
-        self.ledger.append({"round": server_round, "bytes_down": sum(content_bytes(m.content) for m in self.sent)})
-        return self.sent
-
-    def aggregate_train(self, server_round, replies):
-        replies = list(replies)
-        node_of = {m.metadata.message_id: m.metadata.dst_node_id for m in self.sent}
-        answered = {node_of.get(r.metadata.reply_to_message_id): r for r in replies}
-        missing = {self.name(n): failure(r) for n, r in answered.items() if r.has_error()}
-        for m in self.sent:
-            if m.metadata.dst_node_id not in answered:
-                missing[self.name(m.metadata.dst_node_id)] = f"no reply within {self.round_timeout:.0f} s"
-        entry = self.ledger[-1]
-        entry["bytes_up"] = sum(content_bytes(r.content) for r in replies if not r.has_error())
-        entry["owners"] = sorted(self.name(n) for n, r in answered.items() if not r.has_error())
-        entry["missing"] = dict(sorted(missing.items()))
-        result = super().aggregate_train(server_round, replies)
-        entry["seconds"] = time.perf_counter() - self.start_time - self.not_training  # rounds so far
-        return result
-
-
-def fedavg_rounds(
+def iterative_rounds(
     grid: Grid, nodes: list[int], settings: Settings, ledger: list[dict], names: dict[int, str], print_fn=print
-) -> list[dict]:
-    """R rounds of Flower's FedAvg over the owners, test accuracy after each (the experimenter's test file). Each
-    round trains on every owner connected when it starts and waits `round_timeout` for them at most: an owner
-    that dies in a round leaves it to the others (Flower's `min_*_nodes` of every owner would wait for it)."""
+) -> dict:
+    """Up to `settings.rounds` rounds of the iterative baseline (strategies.py: Flower's FedAvg, FedProx or
+    FedAdam), each owner scoring the new weights on its val after each round and the experimenter on the test
+    file; from the last round saved if an earlier run stopped (RUN/federation/iterative.*). Each round trains on
+    every owner connected when it starts and waits `round_timeout` for them at most: an owner that dies in a round
+    leaves it to the others (Flower's `min_*_nodes` of every owner would wait for it). Returns why it stopped."""
     from redkit.federated.fedavg import FedAvgConfig, FineTune
     from redkit.federated.plan import FederationPlan
+    from redkit.federated.strategies import (
+        IterativeConfig,
+        Plateau,
+        identity,
+        load_checkpoint,
+        metered,
+        plateau,
+        save_checkpoint,
+    )
 
-    plan = FederationPlan.from_json(settings.plan)
+    plan, config = FederationPlan.from_json(settings.plan), IterativeConfig(**settings.iterative)
+    run = Path(settings.run_dir)
     model = FineTune(FedAvgConfig(seed=plan.seed), tuple(settings.labels))
     test = read_records(Path(settings.test), Fields(), LabelReader()) if settings.test else []
-    cache = Path(settings.run_dir) / "fedavg-cache"
+    cache, key = run / "fedavg-cache", identity(config, plan.seed)
+    arrays, moments = ArrayRecord(model.state()), {}
+    if saved := load_checkpoint(run / "federation", key):
+        arrays, moments, done = saved
+        ledger[:] = done
+        print_fn(f"{config.label()}: resumed after round {len(done)}")
+    if len(ledger) >= settings.rounds or plateau(ledger, config.patience):  # a finished run: nothing to do
+        return {"stopped": plateau(ledger, config.patience) or f"{len(ledger)} rounds"}
 
-    def evaluate(server_round: int, arrays: ArrayRecord) -> MetricRecord | None:
-        if server_round == 0 or not test:
+    def evaluate(server_round: int, weights: ArrayRecord) -> MetricRecord | None:
+        """After each round: the experimenter's test accuracy, the checkpoint, and the stop by val."""
+        if server_round == 0:
             return None
         t = time.perf_counter()
-        model.load(arrays.to_torch_state_dict())
-        accuracy = model.accuracy([r.question for r in test], [r.answer for r in test], cache)
-        ledger[-1]["accuracy"] = accuracy
+        entry = ledger[-1]
+        if test:
+            model.load(weights.to_torch_state_dict())
+            entry["accuracy"] = model.accuracy([r.question for r in test], [r.answer for r in test], cache)
         strategy.not_training += time.perf_counter() - t
-        print_fn(f"FedAvg round {server_round}: test accuracy {accuracy:.4f}")
-        return MetricRecord({"accuracy": accuracy})
+        save_checkpoint(run / "federation", key, strategy, weights, ledger)
+        figures = {k: f"{entry[k]:.4f}" for k in ("val_accuracy", "accuracy") if k in entry}
+        print_fn(f"{config.label()}, round {entry['round']}: {figures}")
+        if why := plateau(ledger, config.patience):
+            raise Plateau(why)
+        return MetricRecord({k: float(entry[k]) for k in ("accuracy", "val_accuracy") if k in entry})
 
-    strategy = MeteredFedAvg(
-        ledger,
-        names,
-        settings.round_timeout,
+    strategy = metered(
+        config,
         fraction_train=1.0,
-        fraction_evaluate=0.0,
+        fraction_evaluate=1.0,
         min_train_nodes=1,
+        min_evaluate_nodes=1,
         min_available_nodes=1,
     )
-    strategy.start(
-        grid=grid,
-        initial_arrays=ArrayRecord(model.state()),
-        num_rounds=settings.rounds,
-        timeout=settings.round_timeout,
-        evaluate_fn=evaluate,
-    )
-    return ledger
+    strategy.setup(ledger, names, settings.round_timeout, len(ledger), failure)
+    for moment, values in moments.items():
+        setattr(strategy, moment, values)
+    try:
+        strategy.start(
+            grid=grid,
+            initial_arrays=arrays,
+            num_rounds=settings.rounds - len(ledger),
+            timeout=settings.round_timeout,
+            train_config=config.train_config(),
+            evaluate_fn=evaluate,
+        )
+    except Plateau as stop:
+        return {"stopped": str(stop)}
+    return {"stopped": f"{settings.rounds} rounds"}
 
 
 def server_main(grid: Grid, settings: Settings, context: Context) -> None:
+    """RED's round (unless `settings.red` is off: the baseline alone), its results written, then the iterative
+    baseline's rounds."""
     run = Path(settings.run_dir)
     nodes = wait_for_owners(grid, settings.owners, settings.timeout)
-    red = red_round(grid, nodes, settings, context)
+    red = red_round(grid, nodes, settings, context) if settings.red else {}
     results = run / "federation" / "server.json"
-    write_json(results, {"red": red, "fedavg": []})  # before FedAvg: whatever happens to it, RED's round is kept
+    write_json(results, {"red": red, "fedavg": []})  # before the baseline: whatever happens to it, RED's is kept
     if settings.rounds:
-        names, ledger = {int(node): name for node, name in red["nodes"].items()}, []
+        names, ledger = {int(node): name for node, name in red.get("nodes", {}).items()}, []
         try:
-            fedavg_rounds(grid, nodes, settings, ledger, names)
+            outcome = iterative_rounds(grid, nodes, settings, ledger, names)
         except Exception as err:  # the reference failed: said in the results, RED's round and the rounds done kept
             failed = f"{type(err).__name__}: {err}"
-            print(f"FedAvg stopped after {len(ledger)} rounds: {failed}")
+            print(f"the iterative baseline stopped after {len(ledger)} rounds: {failed}")
             write_json(results, {"red": red, "fedavg": ledger, "fedavg_failed": failed})
             return
-        write_json(results, {"red": red, "fedavg": ledger})
+        write_json(results, {"red": red, "fedavg": ledger, "iterative": outcome})
 
 
 def server_app(settings: Settings | None = None) -> ServerApp:

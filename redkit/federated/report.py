@@ -1,4 +1,5 @@
-"""RUN/report.md and RUN/accuracy_vs_bytes.png of `redkit federate`: RED's one round against FedAvg's rounds."""
+"""RUN/report.md and RUN/accuracy_vs_bytes.png of `redkit federate`: RED's one round against the iterative
+baseline's rounds (FedAvg, FedProx or FedAdam)."""
 
 from pathlib import Path
 
@@ -11,6 +12,11 @@ def _mb(n: float) -> str:
     return f"{n / 1e6:,.1f} MB"
 
 
+def baseline_label(results: dict) -> str:
+    """The iterative baseline's name and settings, e.g. "fedavg lr 0.0002 E 1" ("FedAvg": a run before them)."""
+    return results.get("iterative", {}).get("label", "FedAvg")
+
+
 def figure(out: Path, results: dict, oneshot: dict | None = None, name: str = FIGURE) -> str | None:
     """Test accuracy against bytes exchanged (every owner, up + down) and against rounds: FedAvg a line, RED a
     star, each one-shot baseline (`oneshot`: scripts/federated_oneshot.py's methods) a point, the central joint a
@@ -21,14 +27,14 @@ def figure(out: Path, results: dict, oneshot: dict | None = None, name: str = FI
     import matplotlib.pyplot as plt
 
     fedavg = [r for r in results["fedavg"] if "accuracy" in r]
-    red = results["red"]
+    red = results["red"]  # {} where the baseline ran alone
     fig, (by_bytes, by_round) = plt.subplots(1, 2, figsize=(11.0, 4.2), sharey=True)
     if fedavg:
         total, xs = 0, []
         for r in fedavg:
             total += r["bytes_up"] + r["bytes_down"]
             xs.append(total / 1e6)
-        label = "FedAvg (joint fine-tune), after each round"
+        label = f"{baseline_label(results)} (joint fine-tune), after each round"
         by_bytes.plot(xs, [r["accuracy"] for r in fedavg], "o-", label=label)
         by_round.plot([r["round"] for r in fedavg], [r["accuracy"] for r in fedavg], "o-", label=label)
     colours = [c for i, c in enumerate(plt.get_cmap("tab10").colors) if i not in (0, 3)]  # FedAvg's blue, RED's red
@@ -37,10 +43,11 @@ def figure(out: Path, results: dict, oneshot: dict | None = None, name: str = FI
         style = {"marker": "sDv^<>ph"[i % 8], "ms": 8, "ls": "", "c": colours[i % len(colours)]}
         by_bytes.plot([exchanged], [m["test_accuracy"]], **style, label=f"{method}, one round")
         by_round.plot([1], [m["test_accuracy"]], **style)
-    secure = red.get("secure_sum", {})  # SecAgg+'s messages, with --secure-aggregation: RED's bytes too
-    red_bytes = (red["bytes_up"] + red["bytes_down"] + secure.get("bytes_up", 0) + secure.get("bytes_down", 0)) / 1e6
-    by_bytes.plot([red_bytes], [red["accuracy"]], "r*", ms=14, label="RED, one round")
-    by_round.plot([1], [red["accuracy"]], "r*", ms=14)
+    if red:
+        secure = red.get("secure_sum", {})  # SecAgg+'s messages, with --secure-aggregation: RED's bytes too
+        red_bytes = red["bytes_up"] + red["bytes_down"] + secure.get("bytes_up", 0) + secure.get("bytes_down", 0)
+        by_bytes.plot([red_bytes / 1e6], [red["accuracy"]], "r*", ms=14, label="RED, one round")
+        by_round.plot([1], [red["accuracy"]], "r*", ms=14)
     if "joint_central" in results:
         for ax in (by_bytes, by_round):
             ax.axhline(results["joint_central"]["accuracy"], ls="--", c="gray", label="joint, trained centrally")
@@ -58,22 +65,22 @@ def figure(out: Path, results: dict, oneshot: dict | None = None, name: str = FI
 
 
 def render(results: dict, picture: str | None) -> str:
-    red = results["red"]
-    lines = [
-        f"# RED over Flower ({results['runtime']} runtime) against FedAvg",
-        "",
-        f"{len(red['domains'])} domains from {len(red['owners'])} owners"
-        + (
-            f"; left out: {', '.join(f'{o} ({why})' for o, why in {**red['missing'], **red['refused']}.items())}"
-            if red["missing"] or red["refused"]
-            else ""
+    red, baseline = results["red"], baseline_label(results)
+    lines = [f"# RED over Flower ({results['runtime']} runtime) against {baseline}", ""]
+    if red:
+        left_out = {**red["missing"], **red["refused"]}
+        lines += [
+            f"{len(red['domains'])} domains from {len(red['owners'])} owners"
+            + (f"; left out: {', '.join(f'{o} ({why})' for o, why in left_out.items())}" if left_out else "")
+            + ".",
+            "",
+        ]
+    lines += ["| method | rounds | test accuracy | bytes up | bytes down | seconds |", "|---|---|---|---|---|---|"]
+    if red:
+        lines.append(
+            f"| **RED** (one round) | 1 | {red['accuracy']:.4f} | {_mb(red['bytes_up'])} | {_mb(red['bytes_down'])} "
+            f"| {red['seconds']:.0f} |"
         )
-        + ".",
-        "",
-        "| method | rounds | test accuracy | bytes up | bytes down | seconds |",
-        "|---|---|---|---|---|---|",
-        f"| **RED** (one round) | 1 | {red['accuracy']:.4f} | {_mb(red['bytes_up'])} | {_mb(red['bytes_down'])} | {red['seconds']:.0f} |",
-    ]
     if secure := red.get("secure_sum"):
         lines.append(
             f"| and its scatters summed by SecAgg+ (in that round) | - | - | {_mb(secure['bytes_up'])} | "
@@ -83,9 +90,19 @@ def render(results: dict, picture: str | None) -> str:
     for r in results["fedavg"]:
         up, down = up + r["bytes_up"], down + r["bytes_down"]
         acc = f"{r['accuracy']:.4f}" if "accuracy" in r else "-"
+        val = f" (val {r['val_accuracy']:.4f})" if "val_accuracy" in r else ""
         lines.append(
-            f"| FedAvg, after round {r['round']} | {r['round']} | {acc} | {_mb(up)} | {_mb(down)} | {r['seconds']:.0f} |"
+            f"| {baseline}, after round {r['round']}{val} | {r['round']} | {acc} | {_mb(up)} | {_mb(down)} "
+            f"| {r['seconds']:.0f} |"
         )
+    if best := results.get("iterative", {}).get("best"):
+        lines += [
+            "",
+            f"{baseline}: stopped ({results['iterative'].get('stopped', '?')}); the round by the owners' val: "
+            f"{best['round']} (val {best['val_accuracy']:.4f}, test {best.get('accuracy', float('nan')):.4f}). "
+            "Its evaluation messages (each owner scoring the new weights on its val) are not in the bytes above.",
+            "",
+        ]
     if "joint_central" in results:
         j = results["joint_central"]
         kept = f"; epoch {j['best_epoch']} of {j['epochs']} kept by the pooled val" if "best_epoch" in j else ""
