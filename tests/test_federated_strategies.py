@@ -1,8 +1,11 @@
 """The iterative baselines' server side (redkit/federated/strategies.py): settings refused in one line, the stop
 by the owners' val, the round it picks, and a checkpoint resumed only by the same federation."""
 
+import json
+
 import numpy as np
 import pytest
+from safetensors.numpy import save_file
 
 pytest.importorskip("flwr")
 
@@ -67,6 +70,14 @@ def test_a_checkpoint_is_resumed_only_by_the_federation_that_saved_it(tmp_path):
     assert np.array_equal(weights["top.w"].numpy(), np.arange(3)) and ledger == _ledger(0.5)
     assert set(moments) == {"m_t", "v_t"} and moments["v_t"]["w"].tolist() == [0.5] * 3
     for other in (identity(IterativeConfig("fedadam", lr=1e-3), 0), identity(config, 1)):
-        with pytest.raises(RedkitError, match="iterative.json: saved by .* not these settings") as err:
+        with pytest.raises(RedkitError, match="iterative.safetensors: saved by .* not these settings") as err:
             load_checkpoint(tmp_path, other)
         assert "\n" not in str(err.value)
+    # The ledger travels with the weights in one atomic file: a stale iterative.json (a crash between the two
+    # writes) cannot pair one round's weights with another's ledger.
+    (tmp_path / "iterative.json").write_text('{"config": {}, "ledger": []}')
+    assert load_checkpoint(tmp_path, identity(config, 0))[2] == _ledger(0.5)
+    # A checkpoint from before that (its tensors without metadata) is read with its iterative.json.
+    save_file({"arrays.top.w": np.zeros(3, np.float32)}, str(tmp_path / "iterative.safetensors"))
+    (tmp_path / "iterative.json").write_text(json.dumps({"config": identity(config, 0), "ledger": _ledger(0.4)}))
+    assert load_checkpoint(tmp_path, identity(config, 0))[2] == _ledger(0.4)

@@ -14,6 +14,7 @@ A resumed federation numbers its rounds on: the round number reaches every owner
 bias correction, so a run stopped at round k and resumed gives the uninterrupted run's numbers.
 """
 
+import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -22,6 +23,7 @@ from pathlib import Path
 import numpy as np
 from flwr.app import Array, ArrayRecord, ConfigRecord
 from flwr.serverapp.strategy import FedAdam, FedAvg, FedProx
+from safetensors import safe_open
 from safetensors.numpy import load_file, save_file
 
 from redkit.atomic import atomic_path, write_json
@@ -173,29 +175,38 @@ def metered(config: IterativeConfig, **kwargs) -> Metered:
 
 
 def save_checkpoint(directory: Path, config: dict, strategy, arrays: ArrayRecord, ledger: list[dict]) -> None:
-    """DIR/iterative.safetensors (the global weights; FedAdam's moments m_t, v_t) and DIR/iterative.json (the
-    settings and the ledger so far), each written atomically, the tensors first."""
+    """DIR/iterative.safetensors: the global weights, FedAdam's moments m_t and v_t, and (its metadata) the settings
+    and the ledger so far, in one file written atomically: a crash leaves the last round's whole or the one before
+    it, never the weights of one round with the ledger of another. DIR/iterative.json: the same settings and ledger
+    for a reader."""
     tensors = {f"arrays.{k}": a.numpy() for k, a in arrays.items()}
     for moment in ("m_t", "v_t"):
         tensors |= {f"{moment}.{k}": v for k, v in (getattr(strategy, moment, None) or {}).items()}
     directory.mkdir(parents=True, exist_ok=True)
+    saved = {"config": config, "ledger": ledger}
     with atomic_path(directory / "iterative.safetensors") as tmp:
-        save_file({k: np.ascontiguousarray(v) for k, v in tensors.items()}, str(tmp))
-    write_json(directory / "iterative.json", {"config": config, "ledger": ledger})
+        tensors = {k: np.ascontiguousarray(v) for k, v in tensors.items()}
+        save_file(tensors, str(tmp), metadata={k: json.dumps(v) for k, v in saved.items()})
+    write_json(directory / "iterative.json", saved)
 
 
 def load_checkpoint(directory: Path, config: dict) -> tuple[ArrayRecord, dict, list[dict]] | None:
     """(the global weights, FedAdam's moments, the ledger) a run with the same settings saved; None if none was
     saved; a run with other settings is refused in one line (its ledger would mix two federations)."""
-    if not (directory / "iterative.json").is_file():
+    path = directory / "iterative.safetensors"
+    if not path.is_file():
         return None
-    saved = read_json(directory / "iterative.json", "the iterative baseline's checkpoint")
+    with safe_open(str(path), "np") as f:
+        metadata = f.metadata() or {}
+    if "ledger" in metadata:
+        saved = {k: json.loads(metadata[k]) for k in ("config", "ledger")}
+    else:  # saved before the ledger went into the tensors' file
+        saved = read_json(directory / "iterative.json", "the iterative baseline's checkpoint")
     if saved["config"] != config:
         raise RedkitError(
-            f"{directory / 'iterative.json'}: saved by {saved['config']}, not these settings; "
-            "give another --out, or delete it to start again"
+            f"{path}: saved by {saved['config']}, not these settings; give another --out, or delete it to start again"
         )
-    tensors = load_file(str(directory / "iterative.safetensors"))
+    tensors = load_file(str(path))
     arrays = ArrayRecord({k[7:]: Array(v) for k, v in tensors.items() if k.startswith("arrays.")})
     moments = {m: {k[len(m) + 1 :]: v for k, v in tensors.items() if k.startswith(f"{m}.")} for m in ("m_t", "v_t")}
     return arrays, {m: v for m, v in moments.items() if v}, saved["ledger"]
