@@ -5,6 +5,8 @@ at most 50 rounds), the settings chosen on that val, never on test, then the bes
     python scripts/federated_baselines.py --out runs/fed-baselines                  # every stage; rerun: resumes
     python scripts/federated_baselines.py --federate runs/federate-rf5              # and RED's round in the figure
     python scripts/federated_baselines.py --out runs/fed-baselines --until fedavg   # the first stage only
+    python scripts/federated_baselines.py --figure-only --federate RUN --oneshot runs/federated-oneshot/results.json
+                                                    # redraw from OUT/summary.json, the one-shot baselines as points
 
     stage fedavg    the owners' AdamW rate × local epochs: lr 2e-4, 5e-4, 1e-3 × E 1, 3 (seed 0)
     stage fedprox   mu 0.01, 0.1 at FedAvg's best (lr, E) by val (Li et al.'s grid: 0.001 to 1)
@@ -14,7 +16,8 @@ at most 50 rounds), the settings chosen on that val, never on test, then the bes
 Each setting is one `redkit federate` run under OUT/<setting>/ (its report, results.json and checkpoint): a run
 killed at any round resumes at the next one when this is run again, a finished one is read, not run. OUT/summary.json
 and OUT/accuracy_by_round.png gather them: for each, the round picked by the owners' val, its test accuracy, the
-bytes exchanged to reach it (every owner, up + down, training messages; the evaluation messages apart).
+bytes exchanged to reach it (every owner, up + down, training messages; the evaluation messages apart), and the
+table of them is printed (the results page's).
 """
 
 import redkit
@@ -85,8 +88,20 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=Path("runs/fed-baselines"))
     parser.add_argument("--until", choices=STAGES, default=STAGES[-1], help="the last stage to run (default: all)")
     parser.add_argument("--federate", type=Path, help="a `redkit federate` run whose RED round the figure shows")
+    parser.add_argument(
+        "--oneshot", type=Path, help="scripts/federated_oneshot.py's results.json: its methods as points in the figure"
+    )
+    parser.add_argument(
+        "--figure-only", action="store_true", help="redraw the figure from OUT/summary.json, run nothing"
+    )
     args = parser.parse_args()
     red = read_json(args.federate / "results.json", "the federation's results")["red"] if args.federate else None
+    oneshot = read_json(args.oneshot, "the one-shot baselines' results") if args.oneshot else None
+    if args.figure_only:
+        runs = read_json(args.out / "summary.json", "the grid's summary")["runs"]
+        figure(args.out, runs, red, oneshot)
+        print(table(runs))
+        return
     stages = STAGES[: STAGES.index(args.until) + 1]
     done: dict[str, dict] = {}
     extra: dict = {}
@@ -94,7 +109,7 @@ def main() -> None:
     def run(config: IterativeConfig, seed: int = 0) -> dict:
         done[name_of(config, seed)] = summary_of(run_one(args, config, seed))
         write_json(args.out / "summary.json", {"runs": done, **extra, "provenance": provenance()})
-        figure(args.out, done, red)
+        figure(args.out, done, red, oneshot)
         return done[name_of(config, seed)]
 
     fedavg = {c.label(): run(c) for c in FEDAVG}
@@ -114,11 +129,31 @@ def main() -> None:
         extra["seeds"] = {"setting": chosen["setting"], "tests": tests, "mean": statistics.mean(tests)}
         extra["seeds"]["sd"] = statistics.stdev(tests)
         write_json(args.out / "summary.json", {"runs": done, **extra, "provenance": provenance()})
+    print(table(done))
 
 
-def figure(out: Path, done: dict[str, dict], red: dict | None) -> None:
+def table(done: dict[str, dict]) -> str:
+    """The settings run, as the results page gives them (markdown)."""
+    rows = [
+        "| setting | seed | rounds run | round val picks | val | test there | best test of any round | GB to it "
+        "(training) | GB (evaluation) | seconds to it |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for s in done.values():
+        tests = [r for r in s["by_round"] if r["accuracy"] is not None]
+        top = max(tests, key=lambda r: r["accuracy"])
+        rows.append(
+            f"| {s['setting']} | {s['seed']} | {s['rounds_run']} | {s['best_round']} | {s['val_accuracy']:.4f} "
+            f"| {s['test_accuracy']:.4f} | {top['accuracy']:.4f} (round {top['round']}) | {s['bytes_to_best'] / 1e9:.2f} "
+            f"| {s['evaluation_bytes_to_best'] / 1e9:.2f} | {s['seconds_to_best']:,.0f} |"
+        )
+    return "\n".join(rows)
+
+
+def figure(out: Path, done: dict[str, dict], red: dict | None, oneshot: dict | None) -> None:
     """Test accuracy by bytes exchanged and by round, one line per setting (seed 0), each one's round picked by val
-    ringed; RED's one round a star (`red`: a `redkit federate` run's "red")."""
+    ringed; RED's one round a star (`red`: a `redkit federate` run's "red"), each one-shot baseline a point at its
+    val-chosen setting (`oneshot`: federated_oneshot.py's results; bytes up, and its plan down to every owner)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -142,9 +177,15 @@ def figure(out: Path, done: dict[str, dict], red: dict | None) -> None:
             [(red["bytes_up"] + red["bytes_down"]) / 1e9], [red["accuracy"]], "r*", ms=14, label="RED, one round"
         )
         by_round.plot([1], [red["accuracy"]], "r*", ms=14)
+    methods, owners = (oneshot["methods"], len(oneshot["setting"]["owners"])) if oneshot else ({}, 0)
+    for (name, m), marker in zip(methods.items(), "sDv^P<>", strict=False):
+        total = (m["bytes_up_total"] + m["bytes_down_per_owner"] * owners) / 1e9
+        style = {"marker": marker, "ms": 7, "c": "0.3", "ls": "none"}
+        by_bytes.plot([total], [m["test_accuracy"]], **style, label=f"{name}, one round")
+        by_round.plot([1], [m["test_accuracy"]], **style)
     by_bytes.set_xscale("log")
     by_bytes.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
-    by_bytes.set_xticks(ticks := [0.1, 0.3, 1, 3, 10, 30], [f"{t:g}" for t in ticks])
+    by_bytes.xaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda t, _: f"{t:g}"))
     by_bytes.set_xlabel("bytes exchanged, every owner, up + down (GB, log scale; training messages)")
     by_round.set_xlabel("rounds (ringed: the round the owners' val picks)")
     by_bytes.set_ylabel("test accuracy (in scope)")
