@@ -3,7 +3,8 @@
 at most 50 rounds), the settings chosen on that val, never on test, then the best of them over 3 seeds.
 
     python scripts/federated_baselines.py --out runs/fed-baselines                  # every stage; rerun: resumes
-    python scripts/federated_baselines.py --federate runs/federate-rf5              # and RED's round in the figure
+    python scripts/federated_baselines.py --federate runs/federate-compact runs/federate-tuned-compact
+                                                    # and RED's round (residual, tuned owners) in the figure
     python scripts/federated_baselines.py --out runs/fed-baselines --until fedavg   # the first stage only
     python scripts/federated_baselines.py --figure-only --federate RUN --oneshot runs/federated-oneshot/results.json
                                                     # redraw from OUT/summary.json, the one-shot baselines as points
@@ -31,6 +32,7 @@ from pathlib import Path  # noqa: E402
 
 from redkit.atomic import write_json  # noqa: E402
 from redkit.federated.federate import FederateConfig, federate  # noqa: E402
+from redkit.federated.report import oneshot_bytes  # noqa: E402
 from redkit.federated.strategies import IterativeConfig  # noqa: E402
 from redkit.jsonfile import read_json  # noqa: E402
 from redkit.provenance import provenance  # noqa: E402
@@ -87,7 +89,9 @@ def main() -> None:
     parser.add_argument("--data", type=Path, default=Path("data/clinc150"))
     parser.add_argument("--out", type=Path, default=Path("runs/fed-baselines"))
     parser.add_argument("--until", choices=STAGES, default=STAGES[-1], help="the last stage to run (default: all)")
-    parser.add_argument("--federate", type=Path, help="a `redkit federate` run whose RED round the figure shows")
+    parser.add_argument(
+        "--federate", type=Path, nargs="+", default=[], help="`redkit federate` runs whose RED round the figure shows"
+    )
     parser.add_argument(
         "--oneshot", type=Path, help="scripts/federated_oneshot.py's results.json: its methods as points in the figure"
     )
@@ -95,7 +99,7 @@ def main() -> None:
         "--figure-only", action="store_true", help="redraw the figure from OUT/summary.json, run nothing"
     )
     args = parser.parse_args()
-    red = read_json(args.federate / "results.json", "the federation's results")["red"] if args.federate else None
+    red = [read_json(run / "results.json", "the federation's results") for run in args.federate]
     oneshot = read_json(args.oneshot, "the one-shot baselines' results") if args.oneshot else None
     if args.figure_only:
         runs = read_json(args.out / "summary.json", "the grid's summary")["runs"]
@@ -150,10 +154,11 @@ def table(done: dict[str, dict]) -> str:
     return "\n".join(rows)
 
 
-def figure(out: Path, done: dict[str, dict], red: dict | None, oneshot: dict | None) -> None:
+def figure(out: Path, done: dict[str, dict], red: list[dict], oneshot: dict | None) -> None:
     """Test accuracy by bytes exchanged and by round, one line per setting (seed 0), each one's round picked by val
-    ringed; RED's one round a star (`red`: a `redkit federate` run's "red"), each one-shot baseline a point at its
-    val-chosen setting (`oneshot`: federated_oneshot.py's results; bytes up, and its plan down to every owner)."""
+    ringed; RED's one round a star for each `redkit federate` run's results in `red` (residual or tuned owners),
+    each one-shot baseline a point at its val-chosen setting (`oneshot`: federated_oneshot.py's results; bytes up
+    as sent, and its plan down to every owner)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -172,21 +177,22 @@ def figure(out: Path, done: dict[str, dict], red: dict | None, oneshot: dict | N
         ring = {"marker": "o", "ms": 10, "mfc": "none", "c": line.get_color()}
         by_bytes.plot([xs[picked]], [rows[picked]["accuracy"]], **ring)
         by_round.plot([rows[picked]["round"]], [rows[picked]["accuracy"]], **ring)
-    if red:
-        by_bytes.plot(
-            [(red["bytes_up"] + red["bytes_down"]) / 1e9], [red["accuracy"]], "r*", ms=14, label="RED, one round"
-        )
-        by_round.plot([1], [red["accuracy"]], "r*", ms=14)
+    for results, colour in zip(red, ("r", "m", "k"), strict=False):
+        experts, round_ = results["config"].get("owner_experts", "residual"), results["red"]
+        style = {"marker": "*", "ms": 14, "c": colour, "ls": "none"}
+        exchanged = (round_["bytes_up"] + round_["bytes_down"]) / 1e9
+        by_bytes.plot([exchanged], [round_["accuracy"]], **style, label=f"RED, {experts} owners, one round")
+        by_round.plot([1], [round_["accuracy"]], **style)
     methods, owners = (oneshot["methods"], len(oneshot["setting"]["owners"])) if oneshot else ({}, 0)
     for (name, m), marker in zip(methods.items(), "sDv^P<>", strict=False):
-        total = (m["bytes_up_total"] + m["bytes_down_per_owner"] * owners) / 1e9
+        total = oneshot_bytes(m, owners) / 1e9
         style = {"marker": marker, "ms": 7, "c": "0.3", "ls": "none"}
         by_bytes.plot([total], [m["test_accuracy"]], **style, label=f"{name}, one round")
         by_round.plot([1], [m["test_accuracy"]], **style)
     by_bytes.set_xscale("log")
     by_bytes.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
     by_bytes.xaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda t, _: f"{t:g}"))
-    by_bytes.set_xlabel("bytes exchanged, every owner, up + down (GB, log scale; training messages)")
+    by_bytes.set_xlabel("bytes exchanged, every owner, up + down (GB, log scale; training messages, as sent)")
     by_round.set_xlabel("rounds (ringed: the round the owners' val picks)")
     by_bytes.set_ylabel("test accuracy (in scope)")
     by_bytes.set_ylim(0.80, 0.97)

@@ -18,8 +18,9 @@ federation costs a round per candidate (and a round for the owners to score a ca
 one round counted here leaves out, as RED's settings, chosen once on the same val, are left out of its round.
 
 For each method: val and test accuracy, the chosen settings, bytes up per owner (mean, max) and in all, in the
-method's wire type and in the other one (with the test accuracy the other wire gives), bytes down (the plan),
-seconds (owners', server's, the grid's), and the classifier's size. Two plan settings buy accuracy with bytes,
+method's wire type, in its compact form (as `redkit federate` sends RED's module files) and in the other type
+(with the test accuracy the other wire gives), bytes down (the plan), seconds (owners', server's, the grid's), and
+the classifier's size. Two plan settings buy accuracy with bytes,
 Fed3R-RF's width D (an owner sends (D+1)² floats) and FedCOF's subsets (the authors' Init_FT_LP option, a departure
 from their training-free method: several means per class from one owner): each is also reported whole (`sweep`:
 for each value, its best other settings by val, scored on val and test), beside the val-chosen row.
@@ -40,7 +41,7 @@ from tqdm.auto import tqdm  # noqa: E402
 from redkit.atomic import write_json  # noqa: E402
 from redkit.backbone import Backbone  # noqa: E402
 from redkit.features import cached_features  # noqa: E402
-from redkit.federated.oneshot import ONESHOT, as_wire, upload_bytes  # noqa: E402
+from redkit.federated.oneshot import ONESHOT, as_wire, compact_bytes, upload_bytes  # noqa: E402
 from redkit.federated.plan import FederationPlan  # noqa: E402
 from redkit.fitting.data import load_run_data  # noqa: E402
 from redkit.fitting.records import Fields  # noqa: E402
@@ -108,9 +109,10 @@ def combos(grid: dict) -> list[dict]:
     return [dict(zip(grid, values)) for values in itertools.product(*grid.values())]
 
 
-def federate_once(method, owners: dict, wire: torch.dtype | None = None) -> tuple:
+def federate_once(method, owners: dict, wire: torch.dtype | None = None, compact: dict | None = None) -> tuple:
     """Every owner's upload (in `wire`, or the method's own), merged as they arrive (in the order of the owners'
-    names): (merged, {owner: bytes}, {owner: seconds})."""
+    names): (merged, {owner: bytes}, {owner: seconds}); `compact` given: {owner: bytes in the compact form} put in
+    it (as RED's modules travel: compact_bytes)."""
     sizes, seconds = {}, {}
 
     def arriving():
@@ -120,6 +122,8 @@ def federate_once(method, owners: dict, wire: torch.dtype | None = None) -> tupl
             seconds[name] = time.perf_counter() - start
             upload = upload if wire is None else as_wire(upload, wire)
             sizes[name] = upload_bytes(upload)
+            if compact is not None:
+                compact[name] = compact_bytes(upload)
             yield name, upload
 
     return method.aggregate(arriving()), sizes, seconds
@@ -152,8 +156,8 @@ def run_method(run: str, owners: dict, features: dict, truth: dict, dim: int, se
     best = max(range(len(rows)), key=lambda i: (rows[i]["val_accuracy"], -i))  # the first of equals
     plan, options = rows[best]["plan"], rows[best]["options"]
 
-    method = ONESHOT[entry](dim, **plan)
-    merged, sizes, owner_seconds = federate_once(method, owners)
+    method, compact_sizes = ONESHOT[entry](dim, **plan), {}
+    merged, sizes, owner_seconds = federate_once(method, owners, compact=compact_sizes)
     start = time.perf_counter()
     classifier = method.classifier(merged, **options)
     server_seconds = time.perf_counter() - start
@@ -169,6 +173,7 @@ def run_method(run: str, owners: dict, features: dict, truth: dict, dim: int, se
         "wire": WIRE_NAMES[method.wire],
         "bytes_up_per_owner": bytes_summary(sizes),
         "bytes_up_total": sum(sizes.values()),
+        "compact_bytes_up_per_owner": bytes_summary(compact_sizes),  # as RED's modules travel (compact.py)
         "other_wire": {
             "wire": WIRE_NAMES[other],
             "bytes_up_per_owner": bytes_summary(sizes_other),
@@ -204,7 +209,8 @@ def run_method(run: str, owners: dict, features: dict, truth: dict, dim: int, se
     print(
         f"   chosen {plan or ''} {options or ''}: val {result['val_accuracy']:.4f}, test {result['test_accuracy']:.4f} "
         f"({WIRE_NAMES[other]}: {result['other_wire']['test_accuracy']:.4f}), "
-        f"{result['bytes_up_per_owner']['mean'] / 1e6:.3f} MB/owner up"
+        f"{result['bytes_up_per_owner']['mean'] / 1e6:.3f} MB/owner up "
+        f"({result['compact_bytes_up_per_owner']['mean'] / 1e6:.3f} compact)"
     )
     return result
 
@@ -266,12 +272,14 @@ def main() -> None:
     methods = {run: run_method(run, owners, features, truth, dim, args.seed) for run in args.methods}
 
     print(
-        f"\n{'method':16s} {'val':>7s} {'test':>7s} {'MB/owner up':>12s} {'MB total':>10s} {'s owners':>9s} {'s server':>9s}"
+        f"\n{'method':16s} {'val':>7s} {'test':>7s} {'MB/owner up':>12s} {'compact':>9s} {'MB total':>10s} "
+        f"{'s owners':>9s} {'s server':>9s}"
     )
     for run, m in methods.items():
         print(
             f"{run:16s} {m['val_accuracy']:7.4f} {m['test_accuracy']:7.4f} "
-            f"{m['bytes_up_per_owner']['mean'] / 1e6:12.3f} {m['bytes_up_total'] / 1e6:10.2f} "
+            f"{m['bytes_up_per_owner']['mean'] / 1e6:12.3f} {m['compact_bytes_up_per_owner']['mean'] / 1e6:9.3f} "
+            f"{m['bytes_up_total'] / 1e6:10.2f} "
             f"{m['seconds']['owners_total']:9.2f} {m['seconds']['server']:9.2f}   {m['plan'] or ''} {m['options'] or ''}"
         )
     results = {

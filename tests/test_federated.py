@@ -248,7 +248,8 @@ def test_an_owner_of_a_secure_federation_withholds_its_scatter_and_keeps_their_s
     differs = {rel for rel in weights if manifest["files"][rel]["sha256"] != before[rel]["sha256"]}
     assert len(weights) == 4 and differs == {f"modules/statistics/{name}/model.safetensors"}
     sent = package(tmp_path / "work", manifest)
-    assert sum(map(len, _received(owners, name).values())) - sum(map(len, sent.values())) >= 2048 * 2048 * 8
+    listed = sum(e["size"] for e in before.values()) - sum(e["size"] for e in manifest["files"].values())
+    assert listed >= 2048 * 2048 * 8 and sum(map(len, sent.values())) < sum(map(len, _received(owners, name).values()))
     scatter = load_module(owners["work"][name] / "modules" / "statistics" / name)[0].scatter
     assert torch.equal(load_file(str(tmp_path / "work" / SHARE))["scatter"], scatter)
     (tmp_path / "accepted").mkdir()
@@ -309,13 +310,14 @@ def test_an_owner_joins_and_opts_out_while_the_model_serves(owners, tmp_path):
     remove_domain(tmp_path / "three", names[2], tmp_path / "three-less", quiet)  # the CLI's path: assembled again
     assert module_digests(tmp_path / "three-less") == module_digests(tmp_path / "two")
     work, joiner = tmp_path / "serve", names[2]
-    genuine = pack(_received(owners, joiner))
+    genuine = pack(_received(owners, joiner))  # its scatters compact: the limit holds its files as the manifest gives
+    limit = sum(entry["size"] for entry in owners["manifests"][joiner]["files"].values()) + 4096
     config = ServeConfig(
         bundle=str(bundle_of_run(tmp_path / "two", work, quiet)),
         run=str(tmp_path / "two"),
         admin=True,
         work=str(work),
-        max_upload_bytes=len(genuine) + 4096,
+        max_upload_bytes=limit,
     )
     os.environ[TOKEN_ENV] = TOKEN
     with ServerThread(create(config), start_timeout_s=30) as running:
@@ -334,7 +336,7 @@ def test_an_owner_joins_and_opts_out_while_the_model_serves(owners, tmp_path):
             message = refused.json()["error"]["message"]
             assert refused.status_code == 422 and says in message and "\n" not in message, refused.text
         assert "not a tar archive" in upload(b"x" * 600).json()["error"]["message"]
-        too_large = pack(_received(owners, joiner) | {"padding": b"\0" * 8192})
+        too_large = pack(_received(owners, joiner) | {"padding": b"\0" * limit})
         assert upload(too_large).status_code == 413
         assert not any((work / "received").iterdir())  # nothing of a refused upload was kept
         assert httpx.get(url + "/v1/info").json()["version"] == 1

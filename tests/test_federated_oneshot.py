@@ -12,6 +12,7 @@ from redkit.federated.oneshot import (
     FourierFeatures,
     Upload,
     as_wire,
+    compact_bytes,
     fedcof_covariance,
     upload_bytes,
 )
@@ -117,6 +118,17 @@ def test_bytes_are_the_arrays_sizes_in_the_wire_type():
     assert upload.classes == tuple(label for label in labels_a for _ in range(3))
     assert upload_bytes(upload) == 4 * 9 * (1 + DIM) and upload.arrays["counts"].tolist() == [4.0] * 9
     assert ncm.plan_bytes() == 0 and ONESHOT["fedcof"](DIM).plan_bytes() == 0 and cof.plan_bytes() > 0
+
+
+def test_compact_bytes_send_fed3rs_gram_matrix_as_its_triangle_and_leave_means_as_they_are():
+    """On RED's wire (redkit/federated/compact.py) a Fed3R-RF upload's (D+1)² Gram matrix shrinks to well under
+    half; FedNCM's means, with no symmetric matrix, cost their bytes and the file's header."""
+    h, y = pooled()
+    fed3r = ONESHOT["fed3r-rf"](DIM, width=64, sigma=2.0, seed=0)
+    upload = fed3r.upload(h, y, LABELS)
+    assert compact_bytes(upload) < 0.5 * upload_bytes(upload)
+    means = ONESHOT["fedncm"](DIM).upload(h, y, LABELS)
+    assert upload_bytes(means) < compact_bytes(means) < upload_bytes(means) + 512
 
 
 def test_fedcof_covariance_is_the_hand_computation_on_two_clients():

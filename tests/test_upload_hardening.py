@@ -294,6 +294,29 @@ def test_the_genuine_contribution_is_accepted(genuine, tmp_path):
     assert accepted.directory == tmp_path / OWNER and accepted.manifest["label_rows"]["alpha"] == list(ROWS["alpha"])
 
 
+def test_statistics_travel_compact_and_are_staged_as_the_owner_saved_them(genuine, tmp_path):
+    """The scatters are sent in their compact form (compact.py) and staged byte for byte as the owner's files; a
+    compact file altered, or a manifest that gives its files more bytes than the limit, is refused in one line
+    before anything is staged."""
+    sent, manifest = package(genuine), json.loads((genuine / MANIFEST).read_bytes())
+    for work in ("ok", "altered", "huge"):
+        (tmp_path / work).mkdir()
+    statistics = [rel for rel in sent if "/statistics/" in rel and rel.endswith(".safetensors")]
+    assert statistics and all(len(sent[rel]) < manifest["files"][rel]["size"] for rel in statistics)
+    accepted = check(sent, plan(), OWNER, tmp_path / "ok")
+    assert all((accepted.directory / rel).read_bytes() == (genuine / rel).read_bytes() for rel in manifest["files"])
+
+    altered = dict(sent)
+    altered[statistics[0]] = sent[statistics[0]][:-9] + bytes([sent[statistics[0]][-9] ^ 4]) + sent[statistics[0]][-8:]
+    with pytest.raises(RedkitError, match=f"^{WHERE}: file '{statistics[0]}': ") as err:
+        check(altered, plan(), OWNER, tmp_path / "altered")
+    huge = manifest | {"files": manifest["files"] | {statistics[0]: {"size": 2**40, "sha256": "0" * 64}}}
+    with pytest.raises(RedkitError, match="its manifest gives files of 1,099,511,6") as big:
+        check(sent | {MANIFEST: json.dumps(huge).encode()}, plan(), OWNER, tmp_path / "huge")
+    assert "\n" not in str(err.value) + str(big.value)
+    assert not any((tmp_path / "altered").iterdir()) and not any((tmp_path / "huge").iterdir())
+
+
 def relabel(work: Path, rows: dict) -> Path:
     write_manifest(work, rows)
     return work

@@ -26,7 +26,11 @@ def _options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-chars", type=int, default=2000, help="characters per text")
     p.add_argument("--max-body-bytes", type=int, default=1_000_000)
     p.add_argument(
-        "--max-upload-bytes", type=int, default=SIZE_LIMIT, help="an owner's contribution uploaded to POST /v1/domains"
+        "--max-upload-bytes",
+        type=int,
+        default=SIZE_LIMIT,
+        help="an owner's contribution uploaded to POST /v1/domains: its body, and its files as its manifest gives them "
+        "(their sizes before the compact form they travel in)",
     )
     p.add_argument("--batch-wait-ms", type=float, default=0.0, help="how long a batch waits for more requests")
     p.add_argument("--threads", type=int, default=None, help="ONNX Runtime threads per process (default: every core)")

@@ -1,7 +1,8 @@
 """The server's side: each owner's contribution checked, then the accepted ones assembled into one fit run.
 
 check(received, plan, owner)   received = {relative path: bytes} as it came over the wire
-    size       the whole contribution within the limit (before anything is read)
+    size       the whole contribution within the limit (before anything is read), as sent and as its manifest
+               gives its files: only then is each expanded from its compact form (compact.py), within its size
     manifest   contribution.json: JSON, format, its domains and labels plain names
     names      every file a module file of one of its domains: modules/<part>/<domain>/{config.json,
                model.safetensors}, no other path, nothing left over (a name is never a path unchecked)
@@ -29,6 +30,7 @@ import torch
 from redkit.atomic import write_json
 from redkit.bundle.manifest import _inside, file_digest
 from redkit.errors import RedkitError
+from redkit.federated.compact import expand
 from redkit.federated.owner import FORMAT, MANIFEST
 from redkit.federated.plan import FederationPlan, write_host
 from redkit.federated.upload import SIZE_LIMIT
@@ -113,13 +115,21 @@ def check(
             raise RedkitError(f"{where}: file {relative!r} {missing} {MANIFEST}")
     if absent := sorted(expected - listed):  # every domain brings every part: validate reads each of them
         raise RedkitError(f"{where}: no file {absent[0]!r} in its contribution ({len(absent)} of its modules' files)")
-    for relative, entry in manifest["files"].items():
-        got = received[relative]
-        if not isinstance(entry, dict) or entry.get("size") != len(got):
+    sizes = {rel: entry.get("size") if isinstance(entry, dict) else None for rel, entry in manifest["files"].items()}
+    if bad := sorted(rel for rel, size in sizes.items() if type(size) is not int or size < 0):
+        raise RedkitError(f"{where}: {MANIFEST} gives file {bad[0]!r} no size in bytes")
+    if (declared := sum(sizes.values())) > limit:  # before anything is expanded (compact.py)
+        raise RedkitError(f"{where}: its manifest gives files of {declared:,} bytes, over the limit of {limit:,}")
+    # every file but the manifest is listed (above): each back to its bytes, never more than the size listed
+    received = {
+        rel: expand(b, sizes[rel], f"{where}: file {rel!r}") if rel in sizes else b for rel, b in received.items()
+    }
+    for relative, size in sizes.items():
+        if size != len(received[relative]):
             raise RedkitError(f"{where}: file {relative!r} is not of the size its manifest gives")
     staging = Path(tempfile.mkdtemp(prefix=f".{owner}.", dir=Path(work)))
     try:
-        for relative, data in received.items():
+        for relative, data in received.items():  # the module files, expanded
             (staging / relative).parent.mkdir(parents=True, exist_ok=True)
             (staging / relative).write_bytes(data)
         for relative, entry in manifest["files"].items():

@@ -17,6 +17,14 @@ def baseline_label(results: dict) -> str:
     return results.get("iterative", {}).get("label", "FedAvg")
 
 
+def oneshot_bytes(method: dict, owners: int) -> int:
+    """Bytes a one-shot baseline exchanges (scripts/federated_oneshot.py's figures for one method): every owner's
+    upload as RED's module files travel, in the compact form (redkit/federated/compact.py; its float arrays' bytes
+    in results written before it), and its plan sent down to every owner."""
+    up = method.get("compact_bytes_up_per_owner", {}).get("total", method["bytes_up_total"])
+    return up + method["bytes_down_per_owner"] * owners
+
+
 def figure(out: Path, results: dict, oneshot: dict | None = None, name: str = FIGURE) -> str | None:
     """Test accuracy against bytes exchanged (every owner, up + down) and against rounds: FedAvg a line, RED a
     star, each one-shot baseline (`oneshot`: scripts/federated_oneshot.py's methods) a point, the central joint a
@@ -39,7 +47,7 @@ def figure(out: Path, results: dict, oneshot: dict | None = None, name: str = FI
         by_round.plot([r["round"] for r in fedavg], [r["accuracy"] for r in fedavg], "o-", label=label)
     colours = [c for i, c in enumerate(plt.get_cmap("tab10").colors) if i not in (0, 3)]  # FedAvg's blue, RED's red
     for i, (method, m) in enumerate((oneshot or {}).items()):
-        exchanged = (m["bytes_up_total"] + m["bytes_down_per_owner"] * len(red["owners"])) / 1e6
+        exchanged = oneshot_bytes(m, len(red["owners"])) / 1e6
         style = {"marker": "sDv^<>ph"[i % 8], "ms": 8, "ls": "", "c": colours[i % len(colours)]}
         by_bytes.plot([exchanged], [m["test_accuracy"]], **style, label=f"{method}, one round")
         by_round.plot([1], [m["test_accuracy"]], **style)

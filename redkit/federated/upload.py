@@ -5,10 +5,12 @@ checks it exactly as the federation's server does (assemble.check) and swaps in 
     pack(received)      {relative path: bytes} -> tar bytes (sorted, fixed metadata: the same files, the same tar)
     unpack(body, where, limit)   tar bytes -> {relative path: bytes}; whatever could cost the server memory or
                         time, or is not a plain file of a plain name, refused in one line (see `unpack`)
-    package(directory)  what leaves an owner: its manifest and the module files it lists
+    package(directory)  what leaves an owner: its manifest and the module files it lists, each weights file in its
+                        exact smaller form (compact.py: a scatter travels as its upper triangle, deflated)
     push(url, owner, directory, token)   the accepted contribution in `directory` to a running server
 
-Only the standard library: the server's side imports it without Flower, the push without torch.
+The standard library, numpy and safetensors (compact.py): the server's side imports it without Flower, the push
+without torch.
 """
 
 import io
@@ -20,9 +22,11 @@ import urllib.request
 from pathlib import Path
 
 from redkit.errors import RedkitError
+from redkit.federated.compact import compact
 
 CONTENT_TYPE = "application/x-tar"
-SIZE_LIMIT = 256 * 2**20  # bytes a contribution may have (a CLINC150 domain's is about 36 MB, its statistics 34)
+SIZE_LIMIT = 256 * 2**20  # bytes a contribution may have, as sent and as its manifest gives them (a CLINC150
+# domain's: about 36 MB, its scatter 34 of it; sent compact, about 12)
 MANIFEST = "contribution.json"  # a contribution's manifest (owner.py writes it)
 MAX_MEMBERS = 256  # pack writes 1 + 6 per domain (61 for CLINC150's 10); SIZE_LIMIT holds 7 of its domains
 MAX_NAME = 256  # characters of a member's name; a module file's is at most 171 (a domain name has at most 128)
@@ -140,8 +144,9 @@ class _Archive(tarfile.TarFile):
 
 
 def package(directory: Path, manifest: dict | None = None) -> dict[str, bytes]:
-    """What leaves an owner: {relative path: bytes} of every module file its manifest lists, and the manifest
-    (read from `directory` when not given): an owner's work directory, or a contribution accepted from it."""
+    """What leaves an owner: {relative path: bytes} of every module file its manifest lists (its weights in their
+    compact form: assemble.check expands them), and the manifest (read from `directory` when not given): an owner's
+    work directory, or a contribution accepted from it."""
     directory = Path(directory)
     manifest = manifest if manifest is not None else json.loads((directory / MANIFEST).read_bytes())
     missing = [rel for rel in manifest["files"] if not (directory / rel).is_file()]
@@ -149,7 +154,8 @@ def package(directory: Path, manifest: dict | None = None) -> dict[str, bytes]:
         raise RedkitError(
             f"{directory}: {missing[0]} is listed in {MANIFEST} but missing; train the contribution again"
         )
-    return {rel: (directory / rel).read_bytes() for rel in manifest["files"]} | {
+    files = {rel: (directory / rel).read_bytes() for rel in manifest["files"]}
+    return {rel: compact(data) if rel.endswith(".safetensors") else data for rel, data in files.items()} | {
         MANIFEST: (directory / MANIFEST).read_bytes()
     }
 

@@ -19,7 +19,8 @@ trained by gradient, nothing sent back to the owners but (for two methods) the p
 
 d = 384 (all-MiniLM-L6-v2's mean-pooled features), D the random Fourier width, M the ReLU width. Every upload also
 names its classes (`Upload.classes`: the class of each row of its per-class arrays), strings every method sends
-alike; `upload_bytes` counts the float arrays only.
+alike; `upload_bytes` counts the float arrays only, `compact_bytes` them as `redkit federate` sends RED's module
+files (one safetensors file in its exact compact form: redkit/federated/compact.py).
 
 The classifiers (h: (N, d) a query's frozen features, φ the method's feature map, [φ, 1] with the bias column):
 
@@ -77,7 +78,15 @@ runs on the uploads received (checked: a malformed upload is refused in one line
     fed3r.py    Fed3R, Fed3R-RF, Fed3R on RED's features
 """
 
-from redkit.federated.oneshot.base import ONESHOT, OneShotClassifier, OneShotMethod, Upload, as_wire, upload_bytes
+from redkit.federated.oneshot.base import (
+    ONESHOT,
+    OneShotClassifier,
+    OneShotMethod,
+    Upload,
+    as_wire,
+    compact_bytes,
+    upload_bytes,
+)
 from redkit.federated.oneshot.fed3r import Fed3R, Fed3RFourier, Fed3RReLU
 from redkit.federated.oneshot.fedcof import FedCOF, fedcof_covariance
 from redkit.federated.oneshot.fedncm import FedNCM
@@ -97,6 +106,7 @@ __all__ = [
     "ReLUFeatures",
     "Upload",
     "as_wire",
+    "compact_bytes",
     "fedcof_covariance",
     "upload_bytes",
 ]

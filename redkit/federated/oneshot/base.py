@@ -5,10 +5,13 @@ import json
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+import numpy as np
+import safetensors.numpy
 import torch
 from torch.nn import functional as F
 
 from redkit.errors import RedkitError
+from redkit.federated.compact import compact
 from redkit.federated.oneshot.maps import FeatureMap
 from redkit.registry import Registry
 
@@ -26,6 +29,20 @@ class Upload:
 def upload_bytes(upload: Upload) -> int:
     """Bytes of the float arrays an owner sends, in the type they are sent in (the class names not counted)."""
     return sum(t.numel() * t.element_size() for t in upload.arrays.values())
+
+
+def compact_bytes(upload: Upload) -> int:
+    """Bytes of the upload as `redkit federate` sends a module file: its arrays in one safetensors file, in its
+    exact compact form (redkit/federated/compact.py: a symmetric matrix as its triangle, byte planes deflated), so
+    that every method's bytes are counted on the same wire as RED's. Fed3R's G = ΦᵀΦ is symmetric but for the last
+    bits a matrix product leaves (RED's scatter is rounded to a grid, which makes it symmetric but for about one
+    entry in a million): it is counted as an owner sending G's triangle would send it, its upper triangle mirrored."""
+    arrays = {}
+    for name, t in upload.arrays.items():
+        a = t.detach().contiguous().numpy()
+        symmetric = a.ndim == 2 and a.shape[0] == a.shape[1] and np.allclose(a, a.T, rtol=1e-9, atol=0)
+        arrays[name] = np.triu(a) + np.triu(a, 1).T if symmetric else a
+    return len(compact(safetensors.numpy.save(arrays)))
 
 
 def as_wire(upload: Upload, dtype: torch.dtype) -> Upload:
