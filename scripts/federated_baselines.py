@@ -32,7 +32,7 @@ from pathlib import Path  # noqa: E402
 
 from redkit.atomic import write_json  # noqa: E402
 from redkit.federated.federate import FederateConfig, federate  # noqa: E402
-from redkit.federated.report import oneshot_bytes  # noqa: E402
+from redkit.federated.report import cumulative_bytes, plot_oneshot, red_round_bytes  # noqa: E402
 from redkit.federated.strategies import IterativeConfig  # noqa: E402
 from redkit.jsonfile import read_json  # noqa: E402
 from redkit.provenance import provenance  # noqa: E402
@@ -167,10 +167,7 @@ def figure(out: Path, done: dict[str, dict], red: list[dict], oneshot: dict | No
     fig, (by_bytes, by_round) = plt.subplots(1, 2, figsize=(11.0, 4.4), sharey=True)
     for s in (s for s in done.values() if s["seed"] == 0):
         rows = [r for r in s["by_round"] if r["accuracy"] is not None]
-        total, xs = 0, []
-        for r in rows:
-            total += r["bytes_up"] + r["bytes_down"]
-            xs.append(total / 1e9)
+        xs = [b / 1e9 for b in cumulative_bytes(rows)]
         (line,) = by_bytes.plot(xs, [r["accuracy"] for r in rows], ".-", lw=1, label=s["setting"])
         by_round.plot([r["round"] for r in rows], [r["accuracy"] for r in rows], ".-", lw=1, c=line.get_color())
         picked = next(i for i, r in enumerate(rows) if r["round"] == s["best_round"])
@@ -180,15 +177,12 @@ def figure(out: Path, done: dict[str, dict], red: list[dict], oneshot: dict | No
     for results, colour in zip(red, ("r", "m", "k"), strict=False):
         experts, round_ = results["config"].get("owner_experts", "residual"), results["red"]
         style = {"marker": "*", "ms": 14, "c": colour, "ls": "none"}
-        exchanged = (round_["bytes_up"] + round_["bytes_down"]) / 1e9
-        by_bytes.plot([exchanged], [round_["accuracy"]], **style, label=f"RED, {experts} owners, one round")
+        by_bytes.plot(
+            [red_round_bytes(round_) / 1e9], [round_["accuracy"]], **style, label=f"RED, {experts} owners, one round"
+        )
         by_round.plot([1], [round_["accuracy"]], **style)
-    methods, owners = (oneshot["methods"], len(oneshot["setting"]["owners"])) if oneshot else ({}, 0)
-    for (name, m), marker in zip(methods.items(), "sDv^P<>", strict=False):
-        total = oneshot_bytes(m, owners) / 1e9
-        style = {"marker": marker, "ms": 7, "c": "0.3", "ls": "none"}
-        by_bytes.plot([total], [m["test_accuracy"]], **style, label=f"{name}, one round")
-        by_round.plot([1], [m["test_accuracy"]], **style)
+    if oneshot:
+        plot_oneshot(by_bytes, by_round, oneshot["methods"], len(oneshot["setting"]["owners"]), 1e9, ["0.3"])
     by_bytes.set_xscale("log")
     by_bytes.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
     by_bytes.xaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda t, _: f"{t:g}"))

@@ -152,7 +152,8 @@ def test_an_owner_accepted_earlier_answers_with_its_name_and_trains_nothing(owne
     alone, reading none of its data (here there is none to read); any other owner goes on to train."""
     from flwr.app import ConfigRecord, Context, Message, Metadata, RecordDict
 
-    from redkit.federated.flower_app import Settings, client_app, name_digest
+    from redkit.federated.flower_app import client_app, name_digest
+    from redkit.federated.settings import Settings
 
     missing = tmp_path / "no-data"
     plan = owners["plan"].to_json()
@@ -360,7 +361,7 @@ def test_the_deployment_runtime_goes_on_without_killed_owners_and_one_joins_late
     only, keeps the others' contributions, and the model is the one-machine model of all three (sha256)."""
     from redkit.federated.deployment import run_deployment
     from redkit.federated.federate import module_digests, owner_names
-    from redkit.federated.flower_app import Settings
+    from redkit.federated.settings import Settings
 
     quiet, plan = (lambda *_: None), owners["plan"]
     names = [d.name for d in owners["dirs"]]

@@ -17,7 +17,7 @@ pytest.importorskip("flwr")
 
 from redkit.errors import RedkitError  # noqa: E402
 from redkit.federated import deployment  # noqa: E402
-from redkit.federated.flower_app import Settings  # noqa: E402
+from redkit.federated.settings import Settings  # noqa: E402
 
 
 @pytest.mark.parametrize("found", ["1.32.1", "1.41.0", "0.19.0"])

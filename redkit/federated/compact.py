@@ -86,23 +86,30 @@ def expand(data: bytes, size: int, where: str) -> bytes:
 
 def _compacted(header: dict, body: memoryview, head: bytes) -> bytes | None:
     """MAGIC + the deflated payload of a safetensors file (its `head`: length and JSON header; `body`: its tensors'
-    bytes), or None if no tensor of it is a symmetric matrix."""
-    payload, worth = {HEADER: np.frombuffer(head, np.uint8)}, False
+    bytes), or None if no tensor of it is a symmetric matrix (found before any byte plane is made: a tuned owner's
+    top layers alone are 14 MB of planes that would be thrown away)."""
+    tensors = []  # (name, its values or its raw bytes, its triangle or None), in the header's order
     for name, entry in _tensors(header):
         raw = body[entry["data_offsets"][0] : entry["data_offsets"][1]]
         dtype = DTYPES.get(entry["dtype"])
         if dtype is None:
-            payload[f"raw/{name}"] = np.frombuffer(raw, np.uint8)
+            tensors.append((name, np.frombuffer(raw, np.uint8), None))
             continue
         values = np.frombuffer(raw, dtype).reshape(entry["shape"])
-        if (triangle := _triangle(values)) is not None:
+        tensors.append((name, values, _triangle(values)))
+    if all(triangle is None for _, _, triangle in tensors):
+        return None
+    payload = {HEADER: np.frombuffer(head, np.uint8)}
+    for name, values, triangle in tensors:
+        if triangle is not None:
             upper, below_at, below = triangle
             payload[f"upper/{name}"], payload[f"below/{name}"] = _planes(upper), _planes(below)
             payload[f"below_at/{name}"] = below_at
-            worth = True
+        elif DTYPES.get(header[name]["dtype"]) is None:
+            payload[f"raw/{name}"] = values
         else:
             payload[f"planes/{name}"] = _planes(values.reshape(-1))
-    return MAGIC + zlib.compress(safetensors.numpy.save(payload), LEVEL) if worth else None
+    return MAGIC + zlib.compress(safetensors.numpy.save(payload), LEVEL)
 
 
 def _split(data: bytes, whole: bool = True) -> tuple[dict | None, memoryview]:

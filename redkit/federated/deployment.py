@@ -30,8 +30,8 @@ from pathlib import Path
 from redkit.atomic import write_text
 from redkit.errors import RedkitError
 from redkit.federated.credentials import write_owner_key, write_tls
-from redkit.federated.flower_app import Settings
 from redkit.federated.namespaces import OwnersNetwork
+from redkit.federated.settings import Settings
 from redkit.names import check_name
 
 APP = """\

@@ -25,10 +25,11 @@ from redkit.errors import RedkitError
 from redkit.federated.assemble import accepted_in, assemble, check
 from redkit.federated.deployment import run_deployment
 from redkit.federated.fedavg import FedAvgConfig, FineTune
-from redkit.federated.flower_app import Settings, apps
+from redkit.federated.flower_app import apps
 from redkit.federated.namespaces import OwnersNetwork
 from redkit.federated.owner import train_contribution
 from redkit.federated.plan import FederationPlan
+from redkit.federated.settings import Settings
 from redkit.federated.strategies import IterativeConfig, best_round
 from redkit.federated.upload import package
 from redkit.fitting.data import load_fit_data, load_run_data

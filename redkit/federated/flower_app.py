@@ -29,10 +29,8 @@ round goes on with the others. RED's results are written before FedAvg starts: n
 
 import hashlib
 import json
-import re
 import shutil
 import time
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -42,42 +40,16 @@ from flwr.serverapp import Grid, ServerApp
 
 from redkit.atomic import write_json
 from redkit.errors import RedkitError
-from redkit.federated.message_bytes import content_bytes
-from redkit.federated.upload import SIZE_LIMIT, package
+from redkit.federated.message_bytes import content_bytes, failure
+from redkit.federated.settings import Settings
+from redkit.federated.upload import package
 from redkit.fitting.data import load_fit_data
-from redkit.fitting.records import Fields, LabelReader, read_records
+from redkit.fitting.records import Fields
 from redkit.names import check_name
 
 # torch and the training code (plan, owner, assemble, fedavg) are imported inside the handlers that use them: the
 # deployment runtime starts a ClientApp process for every message, and one that only says who its owner is
 # should not pay for torch (measured here: 1.1 s of the 1.6 s this module took to import with them).
-
-
-@dataclass
-class Settings:
-    plan: str  # FederationPlan as JSON
-    run_dir: str  # RUN, on the server
-    owners: int  # how many owners the server waits for
-    rounds: int = 10  # the iterative baseline's, at most; 0: RED only
-    iterative: dict = field(default_factory=dict)  # the iterative baseline (strategies.IterativeConfig's fields)
-    red: bool = True  # RED's round (off: the iterative baseline alone, e.g. a grid of its settings)
-    labels: list[str] = field(default_factory=list)  # FedAvg's output layer (agreed label names)
-    test: str = ""  # the experimenter's test file, for FedAvg's accuracy after every round ("": none)
-    owner_names: list[str] = field(default_factory=list)  # simulation: partition i's owner name
-    owner_dirs: list[str] = field(default_factory=list)  # simulation: partition i's data directory
-    owner_work: str = ""  # simulation: where owner i keeps its work (OWNER_WORK/<owner>)
-    timeout: float = 3600.0  # seconds the server waits for every owner to connect
-    round_timeout: float = 600.0  # seconds a round (RED's, each of FedAvg's) waits for replies; the late left out
-    size_limit: int = SIZE_LIMIT  # bytes a contribution may have
-    drill: dict[str, int] = field(default_factory=dict)  # {owner: FedAvg round}: its app fails in that round
-    registered: dict[str, str] = field(default_factory=dict)  # {node id: owner} whose key it was registered with
-
-    def to_json(self) -> str:
-        return json.dumps(asdict(self))
-
-    @classmethod
-    def from_context(cls, context: Context) -> "Settings":
-        return cls(**json.loads(context.run_config["settings"]))
 
 
 # ---- the owner's side ------------------------------------------------------------------------------------
@@ -195,14 +167,6 @@ def wait_for_owners(grid: Grid, count: int, timeout: float) -> list[int]:
             raise RedkitError(f"{len(nodes)} of {count} owners connected within {timeout:.0f} s")
         time.sleep(0.5)
     return sorted(nodes)
-
-
-def failure(reply: Message) -> str:
-    """Why a reply is an error, in one line: the last line of its reason (Ray's carry a whole traceback, whose
-    last line is the exception the owner's app raised), without terminal colours, at most 200 characters."""
-    lines = [line.strip() for line in re.sub(r"\x1b\[[0-9;]*m", "", str(reply.error.reason)).splitlines()]
-    reason = next((line for line in reversed(lines) if line.strip("'>")), "").rstrip("'>")
-    return f"its round failed: {reason[:200]}{'...' if len(reason) > 200 else ''}"
 
 
 def ask(grid: Grid, nodes: list[int], kind: str, content: RecordDict, timeout: float) -> tuple[dict, int]:
@@ -340,81 +304,6 @@ def sum_scatters(
     return accepted, summed_module(plan, accepted, result["scatter"]), {"owners": sorted(summed)} | cost
 
 
-def iterative_rounds(
-    grid: Grid, nodes: list[int], settings: Settings, ledger: list[dict], names: dict[int, str], print_fn=print
-) -> dict:
-    """Up to `settings.rounds` rounds of the iterative baseline (strategies.py: Flower's FedAvg, FedProx or
-    FedAdam), each owner scoring the new weights on its val after each round and the experimenter on the test
-    file; from the last round saved if an earlier run stopped (RUN/federation/iterative.*). Each round trains on
-    every owner connected when it starts and waits `round_timeout` for them at most: an owner that dies in a round
-    leaves it to the others (Flower's `min_*_nodes` of every owner would wait for it). Returns why it stopped."""
-    from redkit.federated.fedavg import FedAvgConfig, FineTune
-    from redkit.federated.plan import FederationPlan
-    from redkit.federated.strategies import (
-        IterativeConfig,
-        Plateau,
-        identity,
-        load_checkpoint,
-        metered,
-        plateau,
-        save_checkpoint,
-    )
-
-    plan, config = FederationPlan.from_json(settings.plan), IterativeConfig(**settings.iterative)
-    run = Path(settings.run_dir)
-    model = FineTune(FedAvgConfig(seed=plan.seed), tuple(settings.labels))
-    test = read_records(Path(settings.test), Fields(), LabelReader()) if settings.test else []
-    cache, key = run / "fedavg-cache", identity(config, plan.seed)
-    arrays, moments = ArrayRecord(model.state()), {}
-    if saved := load_checkpoint(run / "federation", key):
-        arrays, moments, done = saved
-        ledger[:] = done
-        print_fn(f"{config.label()}: resumed after round {len(done)}")
-    if len(ledger) >= settings.rounds or plateau(ledger, config.patience):  # a finished run: nothing to do
-        return {"stopped": plateau(ledger, config.patience) or f"{len(ledger)} rounds"}
-
-    def evaluate(server_round: int, weights: ArrayRecord) -> MetricRecord | None:
-        """After each round: the experimenter's test accuracy, the checkpoint, and the stop by val."""
-        if server_round == 0:
-            return None
-        t = time.perf_counter()
-        entry = ledger[-1]
-        if test:
-            model.load(weights.to_torch_state_dict())
-            entry["accuracy"] = model.accuracy([r.question for r in test], [r.answer for r in test], cache)
-        strategy.not_training += time.perf_counter() - t
-        save_checkpoint(run / "federation", key, strategy, weights, ledger)
-        figures = {k: f"{entry[k]:.4f}" for k in ("val_accuracy", "accuracy") if k in entry}
-        print_fn(f"{config.label()}, round {entry['round']}: {figures}")
-        if why := plateau(ledger, config.patience):
-            raise Plateau(why)
-        return MetricRecord({k: float(entry[k]) for k in ("accuracy", "val_accuracy") if k in entry})
-
-    strategy = metered(
-        config,
-        fraction_train=1.0,
-        fraction_evaluate=1.0,
-        min_train_nodes=1,
-        min_evaluate_nodes=1,
-        min_available_nodes=1,
-    )
-    strategy.setup(ledger, names, settings.round_timeout, len(ledger), failure)
-    for moment, values in moments.items():
-        setattr(strategy, moment, values)
-    try:
-        strategy.start(
-            grid=grid,
-            initial_arrays=arrays,
-            num_rounds=settings.rounds - len(ledger),
-            timeout=settings.round_timeout,
-            train_config=config.train_config(),
-            evaluate_fn=evaluate,
-        )
-    except Plateau as stop:
-        return {"stopped": str(stop)}
-    return {"stopped": f"{settings.rounds} rounds"}
-
-
 def server_main(grid: Grid, settings: Settings, context: Context) -> None:
     """RED's round (unless `settings.red` is off: the baseline alone), its results written, then the iterative
     baseline's rounds."""
@@ -424,9 +313,11 @@ def server_main(grid: Grid, settings: Settings, context: Context) -> None:
     results = run / "federation" / "server.json"
     write_json(results, {"red": red, "fedavg": []})  # before the baseline: whatever happens to it, RED's is kept
     if settings.rounds:
+        from redkit.federated.iterative import iterative_rounds  # the server's side only: an owner's process skips it
+
         names, ledger = {int(node): name for node, name in red.get("nodes", {}).items()}, []
         try:
-            outcome = iterative_rounds(grid, nodes, settings, ledger, names)
+            outcome = iterative_rounds(grid, settings, ledger, names)
         except Exception as err:  # the reference failed: said in the results, RED's round and the rounds done kept
             failed = f"{type(err).__name__}: {err}"
             print(f"the iterative baseline stopped after {len(ledger)} rounds: {failed}")

@@ -1,7 +1,10 @@
 """What a Flower message weighs: the bytes every federation method's ledger counts (RED's round, SecAgg+'s
-stages, FedAvg's rounds), one function for all of them."""
+stages, FedAvg's rounds), one function for all of them; and what a failed reply says, in one line, for the same
+ledgers."""
 
-from flwr.app import ArrayRecord, RecordDict
+import re
+
+from flwr.app import ArrayRecord, Message, RecordDict
 
 
 def content_bytes(content: RecordDict) -> int:
@@ -22,3 +25,11 @@ def _value_bytes(value) -> int:
     if isinstance(value, str | bytes):
         return len(value)
     return 1 if isinstance(value, bool) else 8
+
+
+def failure(reply: Message) -> str:
+    """Why a reply is an error, in one line: the last line of its reason (Ray's carry a whole traceback, whose
+    last line is the exception the owner's app raised), without terminal colours, at most 200 characters."""
+    lines = [line.strip() for line in re.sub(r"\x1b\[[0-9;]*m", "", str(reply.error.reason)).splitlines()]
+    reason = next((line for line in reversed(lines) if line.strip("'>")), "").rstrip("'>")
+    return f"its round failed: {reason[:200]}{'...' if len(reason) > 200 else ''}"

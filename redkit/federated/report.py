@@ -25,6 +25,31 @@ def oneshot_bytes(method: dict, owners: int) -> int:
     return up + method["bytes_down_per_owner"] * owners
 
 
+def cumulative_bytes(rows: list[dict]) -> list[int]:
+    """Bytes exchanged up to and including each round (every owner, up + down) of a baseline's ledger rows."""
+    total, out = 0, []
+    for r in rows:
+        total += r["bytes_up"] + r["bytes_down"]
+        out.append(total)
+    return out
+
+
+def red_round_bytes(red: dict) -> int:
+    """Bytes RED's one round exchanges: its contributions and plan, and SecAgg+'s messages where it summed the
+    scatters (--secure-aggregation)."""
+    secure = red.get("secure_sum", {})
+    return red["bytes_up"] + red["bytes_down"] + secure.get("bytes_up", 0) + secure.get("bytes_down", 0)
+
+
+def plot_oneshot(by_bytes, by_round, methods: dict, owners: int, scale: float, colours) -> None:
+    """Each one-shot baseline (scripts/federated_oneshot.py's `methods`) a point at round 1 and at its bytes / `scale`,
+    a marker of its own, colours taken in turn from `colours`."""
+    for i, (method, m) in enumerate(methods.items()):
+        style = {"marker": "sDv^P<>ph"[i % 9], "ms": 8, "ls": "", "c": colours[i % len(colours)]}
+        by_bytes.plot([oneshot_bytes(m, owners) / scale], [m["test_accuracy"]], **style, label=f"{method}, one round")
+        by_round.plot([1], [m["test_accuracy"]], **style)
+
+
 def figure(out: Path, results: dict, oneshot: dict | None = None, name: str = FIGURE) -> str | None:
     """Test accuracy against bytes exchanged (every owner, up + down) and against rounds: FedAvg a line, RED a
     star, each one-shot baseline (`oneshot`: scripts/federated_oneshot.py's methods) a point, the central joint a
@@ -38,23 +63,15 @@ def figure(out: Path, results: dict, oneshot: dict | None = None, name: str = FI
     red = results["red"]  # {} where the baseline ran alone
     fig, (by_bytes, by_round) = plt.subplots(1, 2, figsize=(11.0, 4.2), sharey=True)
     if fedavg:
-        total, xs = 0, []
-        for r in fedavg:
-            total += r["bytes_up"] + r["bytes_down"]
-            xs.append(total / 1e6)
+        xs = [b / 1e6 for b in cumulative_bytes(fedavg)]
         label = f"{baseline_label(results)} (joint fine-tune), after each round"
         by_bytes.plot(xs, [r["accuracy"] for r in fedavg], "o-", label=label)
         by_round.plot([r["round"] for r in fedavg], [r["accuracy"] for r in fedavg], "o-", label=label)
     colours = [c for i, c in enumerate(plt.get_cmap("tab10").colors) if i not in (0, 3)]  # FedAvg's blue, RED's red
-    for i, (method, m) in enumerate((oneshot or {}).items()):
-        exchanged = oneshot_bytes(m, len(red["owners"])) / 1e6
-        style = {"marker": "sDv^<>ph"[i % 8], "ms": 8, "ls": "", "c": colours[i % len(colours)]}
-        by_bytes.plot([exchanged], [m["test_accuracy"]], **style, label=f"{method}, one round")
-        by_round.plot([1], [m["test_accuracy"]], **style)
+    if oneshot:
+        plot_oneshot(by_bytes, by_round, oneshot, len(red["owners"]), 1e6, colours)
     if red:
-        secure = red.get("secure_sum", {})  # SecAgg+'s messages, with --secure-aggregation: RED's bytes too
-        red_bytes = red["bytes_up"] + red["bytes_down"] + secure.get("bytes_up", 0) + secure.get("bytes_down", 0)
-        by_bytes.plot([red_bytes / 1e6], [red["accuracy"]], "r*", ms=14, label="RED, one round")
+        by_bytes.plot([red_round_bytes(red) / 1e6], [red["accuracy"]], "r*", ms=14, label="RED, one round")
         by_round.plot([1], [red["accuracy"]], "r*", ms=14)
     if "joint_central" in results:
         for ax in (by_bytes, by_round):
