@@ -13,7 +13,7 @@ owner), over Flower's messages (RecordDict: ArrayRecord, ConfigRecord, MetricRec
     train         ─────── the baseline's weights ────► E local epochs (fedavg.py)
                   ◄────── weights, example count ────  Flower's FedAvg, FedProx or FedAdam combines them
     evaluate      ─────── the new weights ───────────► scored on the owner's val split
-                  ◄────── accuracy, example count ───  up to R rounds, or until val stops rising (strategies.py)
+                  ◄────── accuracy, example count ───  up to R rounds, or until val stops rising (iterative.py)
 
 Settings reach both sides two ways: the simulation runtime builds the apps around a `Settings` (closures,
 `apps(settings)`); the deployment runtime (`flwr run`) loads the module-level `server` and `client`, which read
