@@ -6,6 +6,8 @@ at most 50 rounds), the settings chosen on that val, never on test, then the bes
     python scripts/federated_baselines.py --federate runs/federate-compact runs/federate-tuned-compact
                                                     # and RED's round (residual, tuned owners) in the figure
     python scripts/federated_baselines.py --out runs/fed-baselines --until fedavg   # the first stage only
+    python scripts/federated_baselines.py --until fedavg --only "fedavg lr 0.001 E 3"   # one setting (a session's
+                                                    worth): the others read where finished, skipped where not
     python scripts/federated_baselines.py --figure-only --federate RUN --oneshot runs/federated-oneshot/results.json
                                                     # redraw from OUT/summary.json, the one-shot baselines as points
 
@@ -98,6 +100,14 @@ def main() -> None:
     parser.add_argument(
         "--figure-only", action="store_true", help="redraw the figure from OUT/summary.json, run nothing"
     )
+    parser.add_argument(
+        "--only",
+        nargs="+",
+        default=[],
+        metavar="SETTING",
+        help='run only these settings (labels as the table gives them, e.g. "fedavg lr 0.001 E 3"); the others '
+        "are read where finished and skipped where not",
+    )
     args = parser.parse_args()
     red = [read_json(run / "results.json", "the federation's results") for run in args.federate]
     oneshot = read_json(args.oneshot, "the one-shot baselines' results") if args.oneshot else None
@@ -110,14 +120,20 @@ def main() -> None:
     done: dict[str, dict] = {}
     extra: dict = {}
 
-    def run(config: IterativeConfig, seed: int = 0) -> dict:
+    def run(config: IterativeConfig, seed: int = 0) -> dict | None:
+        finished = (args.out / name_of(config, seed) / "results.json").is_file()
+        if args.only and config.label() not in args.only and not finished:
+            return None  # not asked for this time
         done[name_of(config, seed)] = summary_of(run_one(args, config, seed))
         write_json(args.out / "summary.json", {"runs": done, **extra, "provenance": provenance()})
         figure(args.out, done, red, oneshot)
         return done[name_of(config, seed)]
 
-    fedavg = {c.label(): run(c) for c in FEDAVG}
-    best = next(c for c in FEDAVG if c.label() == best_of(list(fedavg.values()))["setting"])
+    fedavg = {c.label(): summary for c in FEDAVG if (summary := run(c))}
+    if not fedavg:  # --only named no FedAvg setting and none has finished: nothing to pick a best from
+        print(table(done))
+        return
+    best = next(c for c in FEDAVG if c.label() == best_of(list(fedavg.values()))["setting"])  # of those run
     later = {
         "fedprox": [replace(best, strategy="fedprox", proximal_mu=mu) for mu in (0.01, 0.1)],
         "fedadam": [replace(best, strategy="fedadam", server_lr=eta) for eta in (1e-3, 1e-2)],
@@ -129,7 +145,11 @@ def main() -> None:
             grid[config.label()] = config
     if "seeds" in stages:
         chosen = best_of([s for s in done.values() if s["seed"] == 0])
-        tests = [chosen["test_accuracy"]] + [run(grid[chosen["setting"]], seed)["test_accuracy"] for seed in (1, 2)]
+        others = [run(grid[chosen["setting"]], seed) for seed in (1, 2)]
+        if None in others:  # --only left them for a later run
+            print(table(done))
+            return
+        tests = [chosen["test_accuracy"]] + [summary["test_accuracy"] for summary in others]
         extra["seeds"] = {"setting": chosen["setting"], "tests": tests, "mean": statistics.mean(tests)}
         extra["seeds"]["sd"] = statistics.stdev(tests)
         write_json(args.out / "summary.json", {"runs": done, **extra, "provenance": provenance()})
