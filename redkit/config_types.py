@@ -2,10 +2,11 @@
 
 Dataclasses do not check types, and a run's config.json can be edited by hand: `"trainable_layers":
 "2"` would otherwise surface as a TypeError in the backbone, far from the file. Checked: int (not
-bool), float (int accepted), str, bool, None, dict, tuple (a JSON list accepted, and its items for
+bool), float (finite; an int up to 2^53), str, bool, None, dict, tuple (a JSON list accepted, and its items for
 `tuple[X, ...]`), nested config dataclasses recursively, and unions of these; other annotations pass.
 """
 
+import math
 import types
 import typing
 from dataclasses import fields, is_dataclass
@@ -23,8 +24,8 @@ def _fits(value: object, annotation: object) -> bool:
         return isinstance(value, bool)
     if annotation is int:
         return isinstance(value, int) and not isinstance(value, bool)
-    if annotation is float:
-        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if annotation is float:  # a number a float holds exactly: 10**40 (an int torch cannot take), NaN, Infinity fail
+        return isinstance(value, (int, float)) and not isinstance(value, bool) and _exact_float(value)
     if origin is tuple or annotation is tuple:
         if not isinstance(value, (tuple, list)):
             return False
@@ -46,6 +47,10 @@ def check_config_types(config: object, where: str, prefix: str = "") -> None:
             raise RedkitError(f"{where}: field '{prefix}{f.name}' = {shown} is not a {_name(hints[f.name])}")
         if is_dataclass(value):
             check_config_types(value, where, f"{prefix}{f.name}.")
+
+
+def _exact_float(value: int | float) -> bool:
+    return abs(value) <= 2**53 if isinstance(value, int) else math.isfinite(value)
 
 
 def _name(annotation: object) -> str:

@@ -54,6 +54,19 @@ def test_an_ill_typed_module_config_is_refused_naming_the_file(run_copy, capsys,
     assert str(path) in err and "config" in err
 
 
+@pytest.mark.parametrize("value", ["-1" + "0" * 40, "1e400", "NaN"])
+def test_a_module_config_number_no_float_holds_is_refused_naming_the_field(run_copy, capsys, value):
+    """Found by scripts/fuzz_cli.py: the gate's temperature set to -10**40 reached `logits / T` as an int and
+    raised OverflowError from torch (1e400 reads as infinity, NaN as NaN: every weight NaN or zero)."""
+    path = run_copy / "modules" / "gate" / "config.json"
+    text = path.read_text()
+    assert '"temperature": 1.0' in text  # what the value replaces (json.dumps' own spacing)
+    path.write_text(text.replace('"temperature": 1.0', f'"temperature": {value}'))
+    code, _, err = run_cli(["predict", "--run", run_copy, QUESTION, "--composition", "moe"], capsys)
+    assert code == 2 and len(err.strip().splitlines()) == 1, err
+    assert str(path) in err and "field 'temperature'" in err and "is not a float" in err
+
+
 @pytest.mark.parametrize(
     "content",
     [

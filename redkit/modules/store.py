@@ -17,6 +17,7 @@ from safetensors.torch import load_file, save_file
 from torch import nn
 
 from redkit.atomic import atomic_path, write_json
+from redkit.config_types import check_config_types
 from redkit.errors import RedkitError
 from redkit.jsonfile import read_json
 from redkit.modules.layers import MODULES
@@ -122,7 +123,10 @@ def load_module(
         )
     cls = MODULES[meta.kind]
     try:
-        module = cls(cls.Config(**meta.config))
+        config = cls.Config(**meta.config)
+        check_config_types(config, str(path / CONFIG))  # its numbers too (scripts/fuzz_cli.py: a temperature of
+        # -10**40 reached torch as an int and raised OverflowError)
+        module = cls(config)
     except (TypeError, ValueError) as err:
         raise RedkitError(
             f"{path / CONFIG}: field 'config' does not describe a {meta.kind} ({str(err).splitlines()[0]})"
