@@ -294,6 +294,34 @@ def test_the_genuine_contribution_is_accepted(genuine, tmp_path):
     assert accepted.directory == tmp_path / OWNER and accepted.manifest["label_rows"]["alpha"] == list(ROWS["alpha"])
 
 
+def test_a_scatter_kept_at_another_rank_than_the_plans_is_refused_naming_the_field(owner_dir, tmp_path):
+    """A statistics module whose scatter is a rank-2 factor (scatter_factor.py) in a plan of whole scatters: one line,
+    nothing staged; the same factor in a plan that asks for rank 2 is accepted and staged as sent."""
+    projection = RandomProjection(ProjectionConfig(DIM, WIDTH, 0))
+    for domain in ROWS:
+        path = owner_dir / "modules" / "statistics" / domain
+        save_part(
+            owner_dir,
+            ("statistics",),
+            domain,
+            DomainStatistics.of(load_module(path)[0].statistics(), projection, DIM, 2),
+        )
+    write_manifest(owner_dir, ROWS)
+    for work in ("whole", "ranked"):
+        (tmp_path / work).mkdir()
+    with pytest.raises(
+        RedkitError, match=f"^{WHERE}: .*statistics field 'rank': its scatter is kept at rank 2, the plan's is 0$"
+    ):
+        check(package(owner_dir), plan(), OWNER, tmp_path / "whole")
+    assert not (tmp_path / "whole" / OWNER).exists()
+
+    ranked = replace(plan(), router_options={"width": WIDTH, "seed": 0, "scatter_rank": 2})
+    manifest = json.loads((owner_dir / MANIFEST).read_bytes()) | {"router_options": ranked.router_options}
+    write_json(owner_dir / MANIFEST, manifest)
+    accepted = check(package(owner_dir), ranked, OWNER, tmp_path / "ranked")
+    assert all((accepted.directory / rel).read_bytes() == (owner_dir / rel).read_bytes() for rel in manifest["files"])
+
+
 def test_statistics_travel_compact_and_are_staged_as_the_owner_saved_them(genuine, tmp_path):
     """The scatters are sent in their compact form (compact.py) and staged byte for byte as the owner's files; a
     compact file altered, or a manifest that gives its files more bytes than the limit, is refused in one line

@@ -45,7 +45,7 @@ def withhold_scatters(run) -> None:
             module, _ = load_module(path)
             if module.config.withheld:
                 raise RedkitError(f"{path}: its scatter is withheld already and {share} is missing: train it again")
-            scatters.append(module.scatter)
+            scatters.append(module.full_scatter(str(path)))
         with atomic_path(share) as tmp:
             save_file({"scatter": torch.stack(scatters).sum(dim=0)}, str(tmp))  # exact: one grid
     for path in paths:

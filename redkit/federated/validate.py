@@ -125,7 +125,7 @@ def check_statistics(module, labels: tuple[str, ...], plan, at: str) -> None:
         raise RedkitError(f"{field} 'config': φ of width {config.width} seed {config.seed}, the plan's {width} {seed}")
     if tuple(config.labels) != labels:
         raise RedkitError(f"{field} 'labels' must be its label rows as '<domain>/<label>', in order")
-    counts, means, scatter = module.counts, module.means, module.scatter
+    counts, means = module.counts, module.means
     if not bool(((counts >= 1) & (counts <= MAX_COUNT) & (counts == counts.round())).all()):
         raise RedkitError(f"{field} 'counts' must be whole numbers of examples from 1 to {MAX_COUNT:,}")
     if bool((means.abs() > MAX_MEAN).any()):
@@ -133,8 +133,10 @@ def check_statistics(module, labels: tuple[str, ...], plan, at: str) -> None:
     if config.withheld != plan.secure_aggregation:
         sent, summed = ("withheld", "in the clear") if config.withheld else ("sent in the clear", "securely")
         raise RedkitError(f"{field} 'withheld': its scatter is {sent}, and this federation sums the scatters {summed}")
+    if not config.withheld and config.rank != (rank := plan.router_options.get("scatter_rank", 0)):
+        raise RedkitError(f"{field} 'rank': its scatter is kept at rank {config.rank}, the plan's is {rank}")
     if not config.withheld:
-        check_scatter(scatter, field)
+        check_scatter(module.full_scatter(f"{field} 'factor'"), field)
 
 
 def check_density(module, labels: tuple[str, ...], at: str) -> None:

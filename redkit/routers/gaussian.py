@@ -23,6 +23,9 @@ query to the owner of the ridge's best class, as the study's `red_tuned`.
 
 Sizes: a statistics module holds a (M, M) float64 scatter (M = 2,048: 33.6 MB), kept in the run for the
 next change and never exported (the router holds the merged discriminant and the ridge: 2 × C × M floats).
+With the router option `scatter_rank` r > 0 each owner keeps (and sends) its scatter as its top r eigen-directions
+in int16 and one floor for the rest (redkit/incremental/scatter_factor.py: M × r × 2 bytes, 2.1 MB at r = 512),
+rebuilt with the same bits wherever it is read; the router is built from the rebuilt scatters.
 
 Securely summed scatters (`redkit federate --secure-aggregation`, redkit/federated/secure_sum.py): an owner's
 statistics module then says its scatter is withheld (`withheld`: its counts and means only), and the server holds
@@ -41,6 +44,7 @@ from redkit.errors import RedkitError
 from redkit.incremental.gaussian import SHRINKAGE, discriminant, domain_scores
 from redkit.incremental.projection import WIDTH, ProjectionConfig, RandomProjection
 from redkit.incremental.ridge import RIDGE, ridge_weights
+from redkit.incremental.scatter_factor import ScatterFactor, factor
 from redkit.incremental.statistics import ClassStatistics, merge
 from redkit.modules.layers import MODULES
 from redkit.modules.store import ModuleMeta, load_module, module_exists, save_module
@@ -57,6 +61,7 @@ class DomainStatisticsConfig:
     seed: int  # φ's seed
     labels: tuple[str, ...] = ()  # the domain's classes ("domain/class index"), in row order
     withheld: bool = False  # its scatter not here: summed securely with other owners' (SummedScatter)
+    rank: int = 0  # r > 0: the scatter kept as its top r eigen-directions and a floor (scatter_factor.py)
 
     def __post_init__(self):
         self.labels = tuple(self.labels)
@@ -75,27 +80,47 @@ class DomainStatistics(torch.nn.Module):
         n = len(config.labels)
         self.register_buffer("counts", torch.zeros(n, dtype=torch.float64))  # (C_k,)
         self.register_buffer("means", torch.zeros(n, out, dtype=torch.float64))  # (C_k, M)
-        side = 0 if config.withheld else out
+        side = 0 if config.withheld or config.rank else out
         self.register_buffer("scatter", torch.zeros(side, side, dtype=torch.float64))  # (M, M), (0, 0) withheld
+        if config.rank and not config.withheld:  # the scatter as F Fᵀ 2^-2e + σ² I (scatter_factor.py)
+            self.register_buffer("factor", torch.zeros(out, config.rank, dtype=torch.int16))  # (M, r) F
+            self.register_buffer("exponent", torch.zeros(1, dtype=torch.int64))  # (1,) e
+            self.register_buffer("floor", torch.zeros(1, dtype=torch.float64))  # (1,) σ²
+
+    def full_scatter(self, where: str = "statistics") -> torch.Tensor:
+        """(M, M) float64 on the grid: kept whole, or rebuilt from its factor (the same bits anywhere); a withheld
+        scatter counts as zero (the sum brings it: GaussianRouter.from_run)."""
+        if self.config.withheld:
+            return torch.zeros(self.means.shape[1], self.means.shape[1], dtype=torch.float64)
+        if self.config.rank:
+            return ScatterFactor(self.factor, int(self.exponent), float(self.floor)).scatter(where)
+        return self.scatter.double()
 
     def statistics(self) -> ClassStatistics:
-        """Its ClassStatistics; a withheld scatter counts as zero (the sum brings it: GaussianRouter.from_run)."""
-        scatter = self.scatter if not self.config.withheld else torch.zeros(self.means.shape[1], self.means.shape[1])
-        return ClassStatistics(self.config.labels, self.counts, self.means, scatter.double())
+        return ClassStatistics(self.config.labels, self.counts, self.means, self.full_scatter())
 
     def withholding(self) -> "DomainStatistics":
         """The same counts and means, the scatter withheld (what an owner sends when its scatter is summed)."""
-        module = DomainStatistics(DomainStatisticsConfig(**(vars(self.config) | {"withheld": True})))
+        module = DomainStatistics(DomainStatisticsConfig(**(vars(self.config) | {"withheld": True, "rank": 0})))
         module.counts.copy_(self.counts)
         module.means.copy_(self.means)
         return module
 
     @classmethod
-    def of(cls, stats: ClassStatistics, projection: RandomProjection, dim: int) -> "DomainStatistics":
-        """`stats` (of φ = `projection` of d-wide features) as a module, its rows named as `stats.labels`."""
-        module = cls(DomainStatisticsConfig(dim, projection.config.width, projection.config.seed, stats.labels))
-        for name, tensor in stats.tensors().items():
-            getattr(module, name).copy_(tensor)
+    def of(cls, stats: ClassStatistics, projection: RandomProjection, dim: int, rank: int = 0) -> "DomainStatistics":
+        """`stats` (of φ = `projection` of d-wide features) as a module, its rows named as `stats.labels`; `rank`
+        > 0: its scatter kept as that many eigen-directions and a floor (scatter_factor.py)."""
+        config = DomainStatisticsConfig(dim, projection.config.width, projection.config.seed, stats.labels, rank=rank)
+        module = cls(config)
+        module.counts.copy_(stats.counts)
+        module.means.copy_(stats.means)
+        if not rank:
+            module.scatter.copy_(stats.scatter)
+            return module
+        kept = factor(stats.scatter, rank)
+        module.factor.copy_(kept.factor)
+        module.exponent.fill_(kept.exponent)
+        module.floor.fill_(kept.floor)
         return module
 
 
@@ -137,6 +162,12 @@ def input_width(router_options: dict, feature_dim: int) -> int:
     return feature_dim * (2 if router_options.get("input", POOLED) == POOLED_LOWER else 1)
 
 
+def scatter_rank(run) -> int:
+    """r of the run's router options: each owner's statistics module keeps its scatter as that many
+    eigen-directions and a floor (0: whole)."""
+    return int(run.config.router_options.get("scatter_rank", 0))
+
+
 def routing_projection(run) -> RandomProjection:
     """φ of the run's router options (input, width, seed): what every domain's statistics module is of."""
     options = run.config.router_options
@@ -155,6 +186,7 @@ class GaussianRouterConfig:
     # before they were)
     input: str = POOLED  # what φ reads: the first `dim` columns of the features (POOLED_LOWER: a tuned run's r)
     routes_by: str = "gaussian"  # α: the Gaussians' domain posterior, or one-hot on the ridge's best class's domain
+    scatter_rank: int = 0  # r of the owners' statistics modules (0: each scatter whole; scatter_factor.py)
 
     def __post_init__(self):
         if self.input not in (POOLED, POOLED_LOWER) or self.routes_by not in ROUTES_BY:
@@ -229,7 +261,7 @@ class GaussianRouter(RouterBase):
         labels = tuple(f"{domain}/{c}" for c in classes.tolist())
         with torch.no_grad():
             stats = ClassStatistics.of(projection(h[own].double()), y, labels)
-        module = DomainStatistics.of(stats, projection, run.feature_dim)
+        module = DomainStatistics.of(stats, projection, run.feature_dim, scatter_rank(run))
         meta = ModuleMeta(
             STATISTICS,
             vars(module.config),
@@ -253,6 +285,7 @@ class GaussianRouter(RouterBase):
         ridge: float = RIDGE,
         input: str = POOLED,
         routes_by: str = "gaussian",
+        scatter_rank: int = 0,
     ) -> "GaussianRouter":
         """Merged from every domain's statistics module (each computed first where missing) and the withheld
         scatters' sum; `role` (router or gate) does not matter: the domain posterior is the same."""
@@ -284,6 +317,7 @@ class GaussianRouter(RouterBase):
                 ridge,
                 input,
                 routes_by,
+                scatter_rank,
             )
         )
         if ridge:
