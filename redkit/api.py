@@ -159,9 +159,11 @@ def load(path: str | Path) -> FittedRun:
 
 
 def check_router_options(router: str, options: dict) -> None:
-    """Each option must be a field of the router's config (one line naming the known ones)."""
+    """Each option must be a field of the router's config (one line naming the known ones), of its type and within
+    its range (one line naming the option)."""
     from dataclasses import fields
 
+    from redkit.config_types import check_config_types
     from redkit.modules.layers import ROUTERS
 
     known = {f.name for f in fields(ROUTERS[router].Config)} - {"dim", "num_experts", "num_classes"}
@@ -170,6 +172,11 @@ def check_router_options(router: str, options: dict) -> None:
             raise RedkitError(
                 f"--router-option {key}: router {router!r} has no such setting (known: {', '.join(sorted(known))})"
             )
+    try:  # its values too, as the config will be built (the widths are the run's: stand-ins here)
+        config = ROUTERS[router].Config(dim=1, num_experts=2, **options)
+    except (TypeError, ValueError) as err:
+        raise RedkitError(f"--router-option: router {router!r}: {str(err).splitlines()[0]}") from None
+    check_config_types(config, f"--router-option of router {router!r}")
 
 
 def fit_setup(

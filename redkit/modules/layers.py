@@ -18,6 +18,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from redkit.config_types import require_positive
 from redkit.modules.routing import RouterBase, RouterOutput
 from redkit.registry import Registry
 
@@ -78,6 +79,9 @@ class RouterConfig:
     num_experts: int  # K
     hidden: int = 256
     temperature: float = 1.0  # α = softmax(logits / T): T > 1 mixes more where the router is unsure (chosen on val)
+
+    def __post_init__(self):
+        require_positive(self, "temperature")
 
 
 @ROUTERS.register("dense")

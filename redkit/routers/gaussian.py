@@ -54,6 +54,13 @@ STATISTICS = "statistics"  # modules/statistics/<domain>: one owner's share of t
 STATISTICS_SUM = "statistics_sum"  # modules/statistics_sum: the withheld scatters' sum (SummedScatter)
 
 
+def check_rank(rank: int, width: int, name: str) -> None:
+    """A scatter factor's rank: 0 (the scatter whole) or below φ's width (0: any, the width is the features')."""
+    if isinstance(rank, int) and not (0 <= rank and (not width or rank < width)):
+        below = f"below φ's width {width}" if width else "positive"
+        raise ValueError(f"{name} must be 0 (the scatter whole) or {below}, not {rank}")
+
+
 @dataclass
 class DomainStatisticsConfig:
     dim: int  # d, the backbone's width (what the module is checked against when loaded)
@@ -65,6 +72,7 @@ class DomainStatisticsConfig:
 
     def __post_init__(self):
         self.labels = tuple(self.labels)
+        check_rank(self.rank, self.width or self.dim, "rank")
 
 
 @MODULES.register(STATISTICS)
@@ -196,6 +204,9 @@ class GaussianRouterConfig:
             )
         if self.routes_by == "ridge" and not self.ridge:
             raise ValueError("routes_by ridge needs the ridge's class weights (ridge > 0)")
+        if not 0 <= self.shrinkage <= 1:
+            raise ValueError(f"shrinkage must lie in [0, 1], not {self.shrinkage!r}")
+        check_rank(self.scatter_rank, self.width, "scatter_rank")
 
 
 @register_router("gaussian")

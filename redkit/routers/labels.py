@@ -20,6 +20,7 @@ from dataclasses import dataclass
 import torch
 from torch.nn import functional as F
 
+from redkit.config_types import require_positive
 from redkit.errors import RedkitError
 from redkit.routers.base import RouterBase, RouterOutput, register_router
 
@@ -34,6 +35,9 @@ class LabelRouterConfig:
     num_classes: int = 0  # C of the head it reads
     source: str = "global_head"  # SOURCES: which of the run's heads gives the label distribution
     temperature: float = 1.0  # T: > 1 flattens α, < 1 sharpens it
+
+    def __post_init__(self):
+        require_positive(self, "temperature")
 
 
 @register_router("labels")
@@ -95,6 +99,9 @@ class DenseLabelsConfig:
     hidden: int = 256
     source: str = "global_head"  # SOURCES: which head's label distribution it reads
     temperature: float = 1.0  # α = softmax(logits / T)
+
+    def __post_init__(self):
+        require_positive(self, "temperature")
 
 
 @register_router("dense_labels")
