@@ -52,11 +52,11 @@ def check_config_types(config: object, where: str, prefix: str = "") -> None:
 def require_positive(config: object, *names: str) -> None:
     """ValueError naming the first of `names` whose number is not above 0, for a config's __post_init__:
     load_module and --router-option (redkit/api.py) turn it into one line naming the file or the option (a
-    temperature of 0 divides by zero; a negative one turns the routing around). A value that is no number is left
-    to check_config_types."""
+    temperature of 0 divides by zero; a negative one turns the routing around). A value that is no number a float
+    holds (a string, NaN, 10**40) is left to check_config_types, whose line names its type."""
     for name in names:
         value = getattr(config, name)
-        if isinstance(value, (int, float)) and not isinstance(value, bool) and not value > 0:
+        if _fits(value, float) and not value > 0:
             raise ValueError(f"{name} must be above 0, not {value!r}")
 
 

@@ -20,7 +20,7 @@ from redkit.modules.store import CONFIG, ModuleMeta, load_module, save_module
     [
         ("dense", {"temperature": 0}, "temperature must be above 0, not 0"),
         ("labels", {"temperature": -1.0}, "temperature must be above 0, not -1.0"),
-        ("dense_labels", {"temperature": float("nan")}, "temperature must be above 0, not nan"),
+        ("dense_labels", {"temperature": float("nan")}, "field 'temperature' = nan is not a float"),
         ("dense", {"temperature": "warm"}, "field 'temperature' = 'warm' is not a float"),
         (
             "gaussian",

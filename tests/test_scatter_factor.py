@@ -74,6 +74,8 @@ def test_a_statistics_module_at_a_rank_saves_small_loads_back_and_refuses_a_forg
     loaded.exponent.fill_(1000)
     with pytest.raises(RedkitError, match="^here: exponent 1000 outside"):
         loaded.full_scatter("here")
+    with pytest.raises(RedkitError, match="^here: scatter entries up to .* too large to sum exactly$"):
+        ScatterFactor(loaded.factor, -60, 0.0).scatter("here")
     with pytest.raises(RedkitError, match="^here: floor nan is not"):
         ScatterFactor(loaded.factor, 0, float("nan")).scatter("here")
     with pytest.raises(RedkitError, match="rank must be between 1 and 63"):

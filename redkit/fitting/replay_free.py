@@ -40,7 +40,7 @@ from redkit.modules.layers import Classifier
 from redkit.modules.store import ModuleMeta, module_exists, save_module
 from redkit.names import check_name
 from redkit.oos.owner_density import DENSITY, OwnerDensity
-from redkit.routers.gaussian import POOLED_LOWER, STATISTICS, DomainStatistics, routing_projection, scatter_rank
+from redkit.routers.gaussian import POOLED_LOWER, STATISTICS, DomainStatistics, routing_projection, statistics_rank
 from redkit.threads import one_thread
 from redkit.train.loop import Checkpoint
 from redkit.train.stages import PIPELINE, STAGES, timed
@@ -156,7 +156,7 @@ def train_domain(run, domain: str) -> dict:
         result = share.result
         # rows named "domain/label": the router reads the domain off them
         named = replace(share.statistics, labels=tuple(f"{domain}/{label}" for label in labels))
-        statistics = DomainStatistics.of(named, projection, run.feature_dim, scatter_rank(run))
+        statistics = DomainStatistics.of(named, projection, run.feature_dim, statistics_rank(run))
         # The owner's Gaussians of its own adapted features, calibrated on its own val; on one thread, as the
         # share is trained, so that every path computes the same bits (BLAS's sums depend on its threads).
         with torch.no_grad(), one_thread():

@@ -26,7 +26,7 @@ from redkit.incremental.tuned import router_input, train_tuned_expert
 from redkit.modules.store import ModuleMeta, save_module
 from redkit.names import check_name
 from redkit.oos.owner_density import DENSITY, OwnerDensity
-from redkit.routers.gaussian import STATISTICS, DomainStatistics, routing_dim, routing_projection, scatter_rank
+from redkit.routers.gaussian import STATISTICS, DomainStatistics, routing_dim, routing_projection, statistics_rank
 from redkit.threads import one_thread
 from redkit.train.loop import Checkpoint
 from redkit.train.stages import timed
@@ -72,7 +72,7 @@ def train_tuned_domain(run, domain: str) -> dict:
         with torch.no_grad():  # rows named "domain/label": the router reads the domain off them
             named = tuple(f"{domain}/{label}" for label in labels)
             stats = ClassStatistics.of(projection(router_input(h, prefix.states, prefix.attention_mask)), y, named)
-        statistics = DomainStatistics.of(stats, projection, routing_dim(run), scatter_rank(run))
+        statistics = DomainStatistics.of(stats, projection, routing_dim(run), statistics_rank(run))
         # On one thread, as the density of the residual recipe: the same bits whichever path computes it.
         with torch.no_grad(), one_thread():
             tuned = [expert.pooled(backbone, p, run.device).cpu() for p in (prefix, val_prefix)]  # (N, d) each

@@ -44,7 +44,10 @@ class ScatterFactor:
             raise RedkitError(f"{where}: floor {self.floor!r} is not a non-negative multiple of 2^-24 below 2^40")
         whole = self.factor.double()  # (M, r) whole numbers: the product below is exact (see above)
         scatter = (whole @ whole.T) * 2.0 ** (-2 * self.exponent)
-        return on_grid(scatter + self.floor * torch.eye(len(scatter), dtype=torch.float64))
+        try:
+            return on_grid(scatter + self.floor * torch.eye(len(scatter), dtype=torch.float64))
+        except RedkitError as err:  # entries too large to sum exactly: a factor no scatter of φ gives
+            raise RedkitError(f"{where}: {err}") from None
 
 
 def factor(scatter: torch.Tensor, rank: int) -> ScatterFactor:

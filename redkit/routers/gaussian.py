@@ -170,7 +170,7 @@ def input_width(router_options: dict, feature_dim: int) -> int:
     return feature_dim * (2 if router_options.get("input", POOLED) == POOLED_LOWER else 1)
 
 
-def scatter_rank(run) -> int:
+def statistics_rank(run) -> int:
     """r of the run's router options: each owner's statistics module keeps its scatter as that many
     eigen-directions and a floor (0: whole)."""
     return int(run.config.router_options.get("scatter_rank", 0))
@@ -272,7 +272,7 @@ class GaussianRouter(RouterBase):
         labels = tuple(f"{domain}/{c}" for c in classes.tolist())
         with torch.no_grad():
             stats = ClassStatistics.of(projection(h[own].double()), y, labels)
-        module = DomainStatistics.of(stats, projection, run.feature_dim, scatter_rank(run))
+        module = DomainStatistics.of(stats, projection, run.feature_dim, statistics_rank(run))
         meta = ModuleMeta(
             STATISTICS,
             vars(module.config),
