@@ -160,20 +160,26 @@ def load(path: str | Path) -> FittedRun:
 
 def check_router_options(router: str, options: dict) -> None:
     """Each option must be a field of the router's config (one line naming the known ones), of its type and within
-    its range (one line naming the option)."""
+    its range (one line naming the option), over the defaults the router is built with: a training-free router's
+    `from_run` has its own (the Gaussian's ridge ρ, where its config's default 0 reads a router saved before the
+    ridge), so `routes_by=ridge` alone is the ridge at its default ρ, as the run builds it."""
+    import inspect
     from dataclasses import fields
 
     from redkit.config_types import check_config_types
     from redkit.modules.layers import ROUTERS
 
-    known = {f.name for f in fields(ROUTERS[router].Config)} - {"dim", "num_experts", "num_classes"}
+    cls = ROUTERS[router]
+    known = {f.name for f in fields(cls.Config)} - {"dim", "num_experts", "num_classes"}
     for key in options:
         if key not in known:
             raise RedkitError(
                 f"--router-option {key}: router {router!r} has no such setting (known: {', '.join(sorted(known))})"
             )
+    built = inspect.signature(cls.from_run).parameters.values() if cls.training_free else ()
+    defaults = {p.name: p.default for p in built if p.name in known and p.default is not inspect.Parameter.empty}
     try:  # its values too, as the config will be built (the widths are the run's: stand-ins here)
-        config = ROUTERS[router].Config(dim=1, num_experts=2, **options)
+        config = cls.Config(dim=1, num_experts=2, **(defaults | options))
     except (TypeError, ValueError) as err:
         raise RedkitError(f"--router-option: router {router!r}: {str(err).splitlines()[0]}") from None
     check_config_types(config, f"--router-option of router {router!r}")

@@ -11,6 +11,7 @@ from conftest import run_cli
 
 from redkit.api import check_router_options
 from redkit.errors import RedkitError
+from redkit.fitting.replay_free import TUNED_ROUTER_OPTIONS
 from redkit.modules.layers import Router, RouterConfig
 from redkit.modules.store import CONFIG, ModuleMeta, load_module, save_module
 
@@ -29,6 +30,7 @@ from redkit.modules.store import CONFIG, ModuleMeta, load_module, save_module
         ),
         ("gaussian", {"width": 512, "scatter_rank": 512}, "below φ's width 512, not 512"),
         ("gaussian", {"shrinkage": 1.5}, "shrinkage must lie in [0, 1], not 1.5"),
+        ("gaussian", {"routes_by": "ridge", "ridge": 0.0}, "routes_by ridge needs the ridge's class weights"),
     ],
 )
 def test_a_router_setting_out_of_its_type_or_range_is_refused_in_one_line(router, options, says):
@@ -39,6 +41,8 @@ def test_a_router_setting_out_of_its_type_or_range_is_refused_in_one_line(router
 
 def test_the_settings_in_range_pass():
     check_router_options("gaussian", {"scatter_rank": 384, "width": 2048, "shrinkage": 0.2})
+    check_router_options("gaussian", {"routes_by": "ridge"})  # the ridge at from_run's ρ, as the run builds it
+    check_router_options("gaussian", TUNED_ROUTER_OPTIONS)  # fit --owner-experts tuned's own options
     check_router_options("dense", {"temperature": 0.5, "hidden": 1024})
     check_router_options("labels", {"source": "classifier", "temperature": 2})
 
