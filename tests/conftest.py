@@ -14,6 +14,14 @@ os.environ.setdefault("TQDM_DISABLE", "1")  # read by tqdm when it is imported
 os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")  # transformers' "Loading weights" bar
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+# One encoder cache for the session (redkit/bundle/encoder_cache.py), never the user's: the tests' exports share it,
+# the processes they start (the deployment runtime's ServerApp, CLI subprocesses) too, and it goes with the session.
+SESSION_CACHE = None
+if "REDKIT_CACHE" not in os.environ:
+    import tempfile
+
+    SESSION_CACHE = tempfile.mkdtemp(prefix="redkit-test-cache-")
+    os.environ["REDKIT_CACHE"] = SESSION_CACHE
 
 from pathlib import Path  # noqa: E402
 
@@ -46,6 +54,13 @@ HEAVY_FIXTURES = {
     "world",
     "studied",
 }
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    if SESSION_CACHE is not None:
+        import shutil
+
+        shutil.rmtree(SESSION_CACHE, ignore_errors=True)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
