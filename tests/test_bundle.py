@@ -1,12 +1,15 @@
 """Slim bundles: what export writes, that a bundle answers exactly as its run, that it stays
 untouched, and that a damaged, newer or incomplete bundle is one clear line (exit code 2)."""
 
+import contextlib
 import json
+import os
 import shutil
 
 import pytest
 from conftest import run_cli
 
+from redkit.bundle import encoder_cache
 from redkit.bundle.export import export_bundle
 from redkit.bundle.manifest import FORMAT, MANIFEST, file_digest
 
@@ -18,9 +21,37 @@ def bundles(tiny_run, tmp_path_factory):
     """The tiny run's bundle without heads and with them (read-only for the tests). The tests read the second's
     module files through torch, never its serving graph: it is exported without one (an ONNX export is seconds)."""
     root = tmp_path_factory.mktemp("bundles")
-    export_bundle(tiny_run, root / "slim")
+    with encoder_cache_at(root / "cache"):  # a cache of its own: the slim bundle's encoder is traced, not read
+        export_bundle(tiny_run, root / "slim")
     export_bundle(tiny_run, root / "heads", heads=True, serving=False)
-    return {"slim": root / "slim", "heads": root / "heads"}
+    return {"slim": root / "slim", "heads": root / "heads", "cache": root / "cache"}
+
+
+@contextlib.contextmanager
+def encoder_cache_at(path):
+    before = os.environ.get(encoder_cache.ENV)
+    os.environ[encoder_cache.ENV] = str(path)
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop(encoder_cache.ENV)
+        else:
+            os.environ[encoder_cache.ENV] = before
+
+
+def test_a_second_export_reads_the_encoder_back_and_writes_the_same_graph(tiny_run, bundles, tmp_path):
+    """The slim bundle's graph was traced whole; exported again, its encoder is read from the cache that export
+    filled (redkit/bundle/encoder_cache.py) and the graph written is the same, byte for byte."""
+    from redkit.bundle.graph import export_serving
+    from redkit.run import open_run
+
+    slim = json.loads((bundles["slim"] / "serving" / "serving.json").read_text())
+    with encoder_cache_at(bundles["cache"]):
+        again = export_serving(open_run(tiny_run), tmp_path / "serving", print_fn=lambda *_: None)
+    assert (slim["encoder_reused"], again["encoder_reused"]) == (False, True)
+    assert file_digest(bundles["slim"] / "serving" / "model.onnx") == file_digest(tmp_path / "serving" / "model.onnx")
+    assert len(list((bundles["cache"] / encoder_cache.FOLDER).glob("*.onnx"))) == 1  # read, not written again
 
 
 def _files(directory):

@@ -1,6 +1,7 @@
-"""The serving graph's encoder, kept once exported (redkit/bundle/encoder_cache.py): a second export of the same
-encoder reads it back and writes the same graph byte for byte; an entry that does not load is removed and the
-encoder exported again; the cache keeps the most recently used within its limits, and nothing with REDKIT_CACHE=off."""
+"""The serving graph's encoder, kept once exported (redkit/bundle/encoder_cache.py): an entry that does not load is
+removed and the encoder exported again; the key is of the encoder and the exporter; the cache keeps the most recently
+used within its limits, and nothing with REDKIT_CACHE=off. (A second export reading the encoder back and writing the
+same graph byte for byte: tests/test_bundle.py.)"""
 
 import os
 import time
@@ -8,27 +9,12 @@ import time
 import pytest
 
 from redkit.bundle import encoder_cache
-from redkit.bundle.manifest import file_digest
 
 
 @pytest.fixture
 def cache(tmp_path, monkeypatch):
     monkeypatch.setenv(encoder_cache.ENV, str(tmp_path / "cache"))
     return tmp_path / "cache" / encoder_cache.FOLDER
-
-
-def test_a_second_export_reads_the_encoder_back_and_writes_the_same_graph(tiny_run, tmp_path, cache):
-    pytest.importorskip("onnxscript")
-    from redkit.bundle.graph import export_serving
-    from redkit.run import open_run
-
-    run = open_run(tiny_run)
-    first = export_serving(run, tmp_path / "first", print_fn=lambda *_: None)
-    (kept,) = cache.glob("*.onnx")
-    second = export_serving(run, tmp_path / "second", print_fn=lambda *_: None)
-    assert (first["encoder_reused"], second["encoder_reused"]) == (False, True)
-    assert file_digest(tmp_path / "first" / "model.onnx") == file_digest(tmp_path / "second" / "model.onnx")
-    assert list(cache.glob("*.onnx")) == [kept]  # read, not written again
 
 
 def test_an_entry_that_does_not_load_is_removed_and_the_encoder_exported_again(cache, monkeypatch):

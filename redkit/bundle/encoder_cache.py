@@ -26,8 +26,8 @@ from redkit.atomic import atomic_path
 
 ENV = "REDKIT_CACHE"
 FOLDER = "serving-encoders"
-MAX_ENTRIES = 4
-MAX_BYTES = 2 << 30  # 2 GiB: four MiniLM encoders are 0.35 GiB; one Qwen3-0.6B's (2.4 GB) is never kept
+MAX_ENTRIES = 8
+MAX_BYTES = 2 << 30  # 2 GiB: eight MiniLM encoders are 0.7 GiB; one Qwen3-0.6B's (2.4 GB) is never kept
 # The code the encoder's graph is a trace of: a change to any of them is another graph.
 TRACED = (
     "backbone/model.py",
