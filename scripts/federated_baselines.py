@@ -21,6 +21,13 @@ killed at any round resumes at the next one when this is run again, a finished o
 and OUT/accuracy_by_round.png gather them: for each, the round picked by the owners' val, its test accuracy, the
 bytes exchanged to reach it (every owner, up + down, training messages; the evaluation messages apart), and the
 table of them is printed (the results page's).
+
+A finished setting's summary (its figures round by round and the provenance of the run that measured them) is also
+written to RECORD/<setting>.json (--record, default docs/results/federated_baselines/: a few kB each, committed),
+and read from there where OUT has no run of it: the grid goes on across machines and sessions whose run
+directories are gone, one setting at a time (--only), and the table and figure show every setting recorded.
+Settings finished before the record existed are not in it: --chosen names FedAvg's best of them by val (the results
+page's table) for the later stages, which are then built from it instead of from the record's FedAvg settings.
 """
 
 import redkit
@@ -33,6 +40,7 @@ from dataclasses import replace  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 from redkit.atomic import write_json  # noqa: E402
+from redkit.errors import RedkitError  # noqa: E402
 from redkit.federated.federate import FederateConfig, federate  # noqa: E402
 from redkit.federated.report import cumulative_bytes, plot_oneshot, red_round_bytes  # noqa: E402
 from redkit.federated.strategies import IterativeConfig  # noqa: E402
@@ -62,6 +70,22 @@ def run_one(args, config: IterativeConfig, seed: int) -> dict:
     return federate(replace(federate_config, joint_epochs=0, one_machine=False))
 
 
+def finished(args, config: IterativeConfig, seed: int) -> dict | None:
+    """The setting's summary if it has finished: from its run under OUT, else from the record; None if neither."""
+    name = name_of(config, seed)
+    if (args.out / name / "results.json").is_file():
+        return summary_of(run_one(args, config, seed))
+    if (args.record / f"{name}.json").is_file():
+        recorded = read_json(args.record / f"{name}.json", "a baseline setting's record")
+        if recorded.get("setting") != config.label() or recorded.get("seed") != seed:
+            raise RedkitError(
+                f"{args.record / name}.json: it records {recorded.get('setting')!r}, seed "
+                f"{recorded.get('seed')!r}, not {config.label()!r}, seed {seed}"
+            )
+        return recorded
+    return None
+
+
 def summary_of(results: dict) -> dict:
     ledger, best = results["fedavg"], results["iterative"]["best"]
     upto = [r for r in ledger if r["round"] <= best["round"]]
@@ -79,6 +103,7 @@ def summary_of(results: dict) -> dict:
         "by_round": [
             {k: r.get(k) for k in ("round", "val_accuracy", "accuracy", "bytes_up", "bytes_down")} for r in ledger
         ],
+        "provenance": results.get("provenance"),  # the run that measured it: commit, versions, machine
     }
 
 
@@ -108,7 +133,23 @@ def main() -> None:
         help='run only these settings (labels as the table gives them, e.g. "fedavg lr 0.001 E 3"); the others '
         "are read where finished and skipped where not",
     )
+    parser.add_argument(
+        "--record",
+        type=Path,
+        default=Path("docs/results/federated_baselines"),
+        help="where each finished setting's summary is kept, and read where OUT has no run of it",
+    )
+    parser.add_argument(
+        "--chosen",
+        metavar="SETTING",
+        help='FedAvg\'s best setting by val among settings finished before the record (e.g. "fedavg lr 0.0005 E 3"): '
+        "the later stages are built from it",
+    )
     args = parser.parse_args()
+    if args.chosen and args.chosen not in {c.label() for c in FEDAVG}:
+        parser.error(
+            f"--chosen {args.chosen!r} is not one of FedAvg's settings: {', '.join(c.label() for c in FEDAVG)}"
+        )
     red = [read_json(run / "results.json", "the federation's results") for run in args.federate]
     oneshot = read_json(args.oneshot, "the one-shot baselines' results") if args.oneshot else None
     if args.figure_only:
@@ -121,19 +162,29 @@ def main() -> None:
     extra: dict = {}
 
     def run(config: IterativeConfig, seed: int = 0) -> dict | None:
-        finished = (args.out / name_of(config, seed) / "results.json").is_file()
-        if args.only and config.label() not in args.only and not finished:
-            return None  # not asked for this time
-        done[name_of(config, seed)] = summary_of(run_one(args, config, seed))
+        name = name_of(config, seed)
+        summary = finished(args, config, seed)
+        if summary is None:
+            if args.only and config.label() not in args.only:
+                return None  # not asked for this time
+            summary = summary_of(run_one(args, config, seed))
+        if not (args.record / f"{name}.json").is_file():
+            write_json(args.record / f"{name}.json", summary)
+        done[name] = summary
         write_json(args.out / "summary.json", {"runs": done, **extra, "provenance": provenance()})
         figure(args.out, done, red, oneshot)
-        return done[name_of(config, seed)]
+        return summary
 
     fedavg = {c.label(): summary for c in FEDAVG if (summary := run(c))}
-    if not fedavg:  # --only named no FedAvg setting and none has finished: nothing to pick a best from
+    if args.chosen:  # FedAvg's grid finished before the record: its choice as the results page gives it
+        extra["fedavg_chosen"] = f"{args.chosen} (--chosen: settings finished before the record)"
+        fedavg_best = args.chosen
+    elif fedavg:
+        fedavg_best = best_of(list(fedavg.values()))["setting"]  # of those run
+    else:  # --only named no FedAvg setting and none has finished: nothing to pick a best from
         print(table(done))
         return
-    best = next(c for c in FEDAVG if c.label() == best_of(list(fedavg.values()))["setting"])  # of those run
+    best = next(c for c in FEDAVG if c.label() == fedavg_best)
     later = {
         "fedprox": [replace(best, strategy="fedprox", proximal_mu=mu) for mu in (0.01, 0.1)],
         "fedadam": [replace(best, strategy="fedadam", server_lr=eta) for eta in (1e-3, 1e-2)],
@@ -144,6 +195,10 @@ def main() -> None:
             run(config)
             grid[config.label()] = config
     if "seeds" in stages:
+        if args.chosen:  # the best of all by val needs every setting's val, and the earlier ones are not recorded
+            print(table(done))
+            print("the seeds' stage picks the best of every setting by val: run it with the whole grid recorded")
+            return
         chosen = best_of([s for s in done.values() if s["seed"] == 0])
         others = [run(grid[chosen["setting"]], seed) for seed in (1, 2)]
         if None in others:  # --only left them for a later run
