@@ -128,14 +128,6 @@ SWEEP = {
         "--part",
         "correction",
     ],
-    "redkit study complexity --run runs/task1 [--repeats 50]": [
-        "study",
-        "complexity",
-        "--run",
-        "{run}",
-        "--repeats",
-        "2",
-    ],
     "redkit reproduce task1 --router spectra": [
         "reproduce",
         "task1",
@@ -166,12 +158,16 @@ SWEEP = {
 # with domains added, processes): the file, and the words of the invocation it must still hold (the command
 # line, or for the levers study the function its command calls with smaller grids).
 ELSEWHERE = {
-    # seconds each (an ONNX export, a study of two seeds), already run by these tests
+    # seconds each (an ONNX export, the complexity study's timings, a study of two seeds), already run by these tests
     "redkit export --run runs/mine --out bundles/mine": (
         "test_lifecycle.py",
         '["export", "--run", world["run"], "--out", bundle]',
     ),
     'redkit predict --bundle bundles/mine "freeze my card"': ("test_federated.py", '["predict", "--bundle", str('),
+    "redkit study complexity --run runs/task1 [--repeats 50]": (
+        "test_study.py",
+        '["study", "complexity", "--run", str(run), "--repeats", "2"]',
+    ),
     "redkit study seeds --task task1|task2|digits --seeds 5 [--out runs/seeds-task1]": (
         "test_study.py",
         '["study", "seeds", "--task", "task1", "--seeds", "2"',
