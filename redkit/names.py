@@ -14,7 +14,7 @@ from redkit.errors import RedkitError
 
 MAX_LENGTH = 128  # far above any real domain or split name; a file name must stay under 255 bytes
 
-# The folders under <run>/modules/ (redkit/train/stages.py, redkit/references, redkit/lifecycle), the
+# The folders under <run>/modules/ (redkit/train/stages, redkit/references, redkit/lifecycle), the
 # global head's folder beside the domains' heads (modules/heads/global_full), and the compositions
 # named after them, current and before redkit 0.2 (redkit/compositions.py OLD_NAMES): a domain named
 # so would overwrite or load another module, or read as that composition.

@@ -11,6 +11,7 @@ from conftest import run_cli
 from redkit.modules.store import load_module
 from redkit.run import open_run
 from redkit.train import stages
+from redkit.train.stages import on_features
 
 R3 = ("modules", "experts", "residual", "R3")
 
@@ -57,17 +58,17 @@ def test_retrain_replaces_the_expert_and_nothing_else_moves(run, capsys):
 
 def test_an_interrupted_retraining_leaves_the_old_expert_and_resumes(run, monkeypatch):
     old = run.joinpath(*R3, "model.safetensors").read_bytes()
-    save = stages.save_module
+    save = on_features.save_module
 
     def killed(path, *args, **kwargs):
         raise KeyboardInterrupt  # the process stopped just before the new module was saved
 
-    monkeypatch.setattr(stages, "save_module", killed)
+    monkeypatch.setattr(on_features, "save_module", killed)
     with pytest.raises(KeyboardInterrupt):
         stages.STAGES["experts"](open_run(run), domains=[2], kinds=("residual",), retrain=True)
     assert run.joinpath(*R3, "model.safetensors").read_bytes() == old
     load_module(run.joinpath(*R3))  # whole and loadable
-    monkeypatch.setattr(stages, "save_module", save)
+    monkeypatch.setattr(on_features, "save_module", save)
     outcome = stages.STAGES["experts"](open_run(run), domains=[2], kinds=("residual",), retrain=True)
     assert outcome["residual/R3"]["retrained"] is True
     assert run.joinpath(*R3, "model.safetensors").read_bytes() == old  # same seed, same numbers

@@ -31,7 +31,7 @@ from redkit.modules.layers import MODULES, LabelRows
 from redkit.modules.store import load_module, module_exists, save_module
 from redkit.threads import one_thread
 from redkit.train.loop import Checkpoint, fit
-from redkit.train.stages import _domain_rows, _meta, timed
+from redkit.train.stages import domain_rows, module_meta, timed
 
 
 def train_label_rows(run, domain: int) -> dict:
@@ -65,7 +65,7 @@ def train_label_rows(run, domain: int) -> dict:
         logits = lambda x: expert.alone_logits(x, joined)  # noqa: E731
         h, y, d = run.split_tensors("train")
         vh, vy, vd = run.split_tensors("val")
-        tr, va = _domain_rows(d, domain), _domain_rows(vd, domain)
+        tr, va = domain_rows(d, domain), domain_rows(vd, domain)
         train, val = (h[tr].to(run.device), y[tr].to(run.device)), (vh[va].to(run.device), vy[va].to(run.device))
         with one_thread():  # small modules: thread hand-offs cost more than their arithmetic (as stage experts)
             result = fit(
@@ -80,8 +80,8 @@ def train_label_rows(run, domain: int) -> dict:
                 log=run.log,
             )
         model.cpu()
-        save_module(expert_dir, expert, _meta(run, expert, "residual", domain, result))
-        save_module(rows_dir, rows, _meta(run, rows, "label_rows", domain, result))
+        save_module(expert_dir, expert, module_meta(run, expert, "residual", domain, result))
+        save_module(rows_dir, rows, module_meta(run, rows, "label_rows", domain, result))
         Checkpoint(rows_dir).remove()
         return {
             "label_rows": str(rows_dir),

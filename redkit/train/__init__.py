@@ -1,1 +1,1 @@
-"""Training: one loop (loop.py) serves every stage (stages.py)."""
+"""Training: one loop (loop.py) serves every stage (stages/)."""

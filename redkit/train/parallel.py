@@ -26,7 +26,7 @@ Step = Callable[[], str]  # trains something, and says how it went in one line
 
 
 def stage_step(run, stage: str, **kwargs) -> Step:
-    """Stage `stage` of redkit/train/stages.py on `run` (it skips what exists) as a step."""
+    """Stage `stage` of redkit/train/stages on `run` (it skips what exists) as a step."""
     return lambda: stage_line(stage, STAGES[stage](run, **kwargs))
 
 

@@ -14,6 +14,7 @@ from torch.nn import functional as F
 from redkit.features import PrefixStates
 from redkit.modules.store import ModuleMeta
 from redkit.train.loop import Checkpoint, fit
+from redkit.train.stages import fit_metrics
 from redkit_experiments.peers.lora import LoraBackbone, LoraExpertConfig
 
 
@@ -84,11 +85,8 @@ def train_lora_expert(
         data_hash=run.data_hash,
         seed=run.config.seed,
         domain=domain,
-        metrics={
-            "best_val_loss": result.best_val_loss,
-            "epochs": result.epochs,
-            "best_epoch": result.best_epoch,
-            "seconds": result.seconds,
+        metrics=fit_metrics(result)
+        | {
             "examples": len(train_rows),
             "val_examples": len(val_rows),
             "trainable_parameters": lb.parameters_of(name),

@@ -20,13 +20,9 @@ from redkit.train.distributed import check_nproc
 from redkit_experiments.arithmetic.generate import HELDOUT, DataConfig, generate
 from redkit_experiments.arithmetic.programs import Program, parse_program
 from redkit_experiments.arithmetic.records import Example, read_jsonl
-from redkit_experiments.decomposer.train import (
-    TextSplit,
-    cached_programs,
-    decomposer_data,
-    load_decomposer,
-    train_decomposer,
-)
+from redkit_experiments.decomposer.evaluate import cached_programs
+from redkit_experiments.decomposer.splits import TextSplit
+from redkit_experiments.decomposer.train import decomposer_data, load_decomposer, train_decomposer
 from redkit_experiments.steps.execute import NeuralExecutor, execution_metrics
 from redkit_experiments.steps.questions import evaluate_questions
 from redkit_experiments.steps.run import MODES, StepsConfig, StepsRun
